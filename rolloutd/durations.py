@@ -1,0 +1,37 @@
+"""Durations as operators write them in plans: ``48h``, ``90m``, ``1h30m``, ``2d``, ``500ms``."""
+
+from __future__ import annotations
+
+import re
+from datetime import timedelta
+
+_UNIT_SECONDS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0, "w": 604800.0}
+_PART = re.compile(r"(\d+(?:\.\d+)?)(ms|s|m|h|d|w)")
+_WHOLE = re.compile(r"(?:\d+(?:\.\d+)?(?:ms|s|m|h|d|w))+")
+
+
+def parse_duration(text: str) -> timedelta:
+    """Parse ``text`` into a timedelta.
+
+    :raises ValueError: when the text is not a sequence of number+unit parts.
+    """
+    compact = text.strip().replace(" ", "")
+    if not compact or not _WHOLE.fullmatch(compact):
+        raise ValueError(
+            f"expected a duration such as '30s', '90m', '48h', '1h30m' or '2d', got {text!r}"
+        )
+    seconds = sum(float(n) * _UNIT_SECONDS[u] for n, u in _PART.findall(compact))
+    return timedelta(seconds=seconds)
+
+
+def format_duration(delta: timedelta) -> str:
+    """Render a timedelta compactly, the inverse of :func:`parse_duration` for whole seconds."""
+    total = round(delta.total_seconds())
+    if total == 0:
+        return "0s"
+    parts = []
+    for unit, size in (("d", 86400), ("h", 3600), ("m", 60), ("s", 1)):
+        count, total = divmod(total, size)
+        if count:
+            parts.append(f"{count}{unit}")
+    return "".join(parts)

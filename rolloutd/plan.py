@@ -1,0 +1,440 @@
+"""Rollout plans: what an operator writes down before a rollout may start.
+
+A plan is frozen data. It names the service and environment, the two engine pools
+and how the router reaches them, where metrics come from, the pinned artefact sets,
+the ordered steps with their gates, the rollback triggers evaluated at every step,
+and the limits. Loading and the error messages live in ``rolloutd.planfile``; this
+module holds only the shape and the rules that tie fields together.
+"""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from typing import Annotated, Literal, Self
+
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, model_validator
+
+from rolloutd.durations import parse_duration
+
+
+def _duration(value: object) -> object:
+    # Plans write durations as text ('48h'); a bare number is ambiguous (seconds? hours?).
+    if isinstance(value, timedelta):
+        return value
+    if isinstance(value, str):
+        return parse_duration(value)
+    raise ValueError(f"expected a duration such as '30s', '90m' or '48h', got {value!r}")
+
+
+Duration = Annotated[timedelta, BeforeValidator(_duration)]
+Name = Annotated[str, Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]{0,99}$")]
+Percent = Annotated[int, Field(ge=0, le=100)]
+Fraction = Annotated[float, Field(ge=0.0, le=1.0)]
+
+
+class _Spec(BaseModel):
+    """Plan sections reject unknown keys and do not coerce types ('5' is not 5)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
+
+
+# --- pools and router -------------------------------------------------------------------
+
+
+class Replica(_Spec):
+    """One engine replica: a name the router and deploy executors know it by, and its URL."""
+
+    name: Name
+    url: str = Field(pattern=r"^https?://\S+$")
+
+
+class Pool(_Spec):
+    """A set of replicas that serve one build."""
+
+    replicas: list[Replica] = Field(min_length=1)
+
+
+class Pools(_Spec):
+    """The build users have now (stable) and the one being rolled out (canary)."""
+
+    stable: Pool
+    canary: Pool
+
+
+class MemoryRouter(_Spec):
+    """An in-process router: for tests and the demo."""
+
+    driver: Literal["memory"]
+    session_header: str = "X-Session-Id"
+
+
+class FileRouter(_Spec):
+    """Desired weights written atomically as JSON, for load balancers fed by a templater."""
+
+    driver: Literal["file"]
+    path: str = Field(min_length=1)
+    session_header: str = "X-Session-Id"
+
+
+class HAProxyRouter(_Spec):
+    """HAProxy's runtime API; ``socket`` is a UNIX path or ``host:port``."""
+
+    driver: Literal["haproxy"]
+    socket: str = Field(min_length=1)
+    backend: Name
+    servers: dict[Literal["stable", "canary"], list[Name]]
+    state_file: str | None = None
+    session_header: str = "X-Session-Id"
+
+
+class NginxRouter(_Spec):
+    """NGINX open source: a rendered ``split_clients`` include, tested and reloaded."""
+
+    driver: Literal["nginx"]
+    include_path: str = Field(min_length=1)
+    upstreams: dict[Literal["stable", "canary"], Name]
+    nginx_binary: str = "nginx"
+    session_header: str = "X-Session-Id"
+
+
+RouterSpec = Annotated[
+    MemoryRouter | FileRouter | HAProxyRouter | NginxRouter, Field(discriminator="driver")
+]
+
+
+class MetricsSpec(_Spec):
+    """Where gate signals come from and which signal templates apply."""
+
+    source: Literal["prometheus", "simulator", "memory", "file"]
+    url: str | None = None
+    path: str | None = None
+    templates: str | None = None
+    pool_label: str = "pool"
+    timeout: Duration = timedelta(seconds=10)
+    overrides: dict[Name, str] = Field(default_factory=dict)
+
+
+class Artefacts(_Spec):
+    """Names of the pinned artefact sets: what stable runs, what canary runs."""
+
+    stable: Name
+    canary: Name
+
+
+class Capacity(_Spec):
+    """The capacity assumption the change was planned on, watched at steady state."""
+
+    max_seq_len: int = Field(gt=0)
+    target_concurrency: int = Field(gt=0)
+
+
+# --- gates --------------------------------------------------------------------------------
+
+
+class _Gate(_Spec):
+    """Fields every gate kind shares."""
+
+    description: str = ""
+    window: Duration = timedelta(minutes=5)
+
+
+class ThresholdGate(_Gate):
+    """A signal against an absolute bound; needs ``min_samples`` before it may pass."""
+
+    kind: Literal["threshold"]
+    signal: Name
+    pool: Literal["canary", "stable"] = "canary"
+    max: float | None = None
+    min: float | None = None
+    min_samples: int = Field(default=0, ge=0)
+
+    @model_validator(mode="after")
+    def _has_bound(self) -> Self:
+        if self.max is None and self.min is None:
+            raise ValueError("a threshold gate needs 'max' or 'min'")
+        if self.max is not None and self.min is not None and self.min > self.max:
+            raise ValueError("'min' is greater than 'max'")
+        return self
+
+
+class EventsGate(_Gate):
+    """Counts events (OOMs, restarts) on the canary; more than ``max_events`` is a breach."""
+
+    kind: Literal["events"]
+    signal: Name
+    max_events: int = Field(default=0, ge=0)
+
+
+class CompareGate(_Gate):
+    """Canary vs stable rates with an anytime-valid sequential test at level ``alpha``."""
+
+    kind: Literal["compare"]
+    signal: Name
+    alpha: float = Field(default=0.05, gt=0.0, lt=1.0)
+    min_events: int = Field(default=0, ge=0)
+
+
+class LatencyGate(_Gate):
+    """A latency quantile against an absolute target and against stable."""
+
+    kind: Literal["latency"]
+    signal: Name
+    target_seconds: float = Field(gt=0)
+    max_ratio: float | None = Field(default=None, gt=1.0)
+    min_samples: int = Field(default=0, ge=0)
+
+
+class CapacityGate(_Gate):
+    """Prompt+output length and KV-cache occupancy against the capacity assumption."""
+
+    kind: Literal["capacity"]
+    margin: Fraction = 0.0
+    kv_usage_max: Fraction = 0.95
+
+
+class SuiteGate(_Gate):
+    """The tool-argument suite: per-field regressions or exactness against the baseline."""
+
+    kind: Literal["suite"]
+    suite: str = Field(min_length=1)
+    rule: Literal["no_regression", "at_least_baseline", "max_drop"]
+    max_drop_points: float = Field(default=1.0, ge=0.0)
+    alpha: float = Field(default=0.05, gt=0.0, lt=1.0)
+    every: Duration | None = None
+
+
+GateSpec = Annotated[
+    ThresholdGate | EventsGate | CompareGate | LatencyGate | CapacityGate | SuiteGate,
+    Field(discriminator="kind"),
+]
+
+
+# --- steps --------------------------------------------------------------------------------
+
+
+class _Step(_Spec):
+    """Fields every step kind shares."""
+
+    name: str | None = None
+    gates: list[Name] = Field(default_factory=list)
+
+    def hold_for(self) -> timedelta:
+        """How long the step must run (paused time excluded) before it may complete."""
+        return timedelta(0)
+
+    def title(self) -> str:
+        """The step's name as shown to operators."""
+        return self.name or self.default_title()
+
+    def default_title(self) -> str:
+        """A name derived from the step's kind."""
+        raise NotImplementedError
+
+
+class ShadowStep(_Step):
+    """Mirrored traffic: the canary sees copies of requests, users see only stable."""
+
+    kind: Literal["shadow"]
+    weight: Literal[0] = 0
+    duration: Duration = timedelta(0)
+
+    def hold_for(self) -> timedelta:
+        return self.duration
+
+    def default_title(self) -> str:
+        return "shadow"
+
+
+class CanaryStep(_Step):
+    """A share of sessions (1-99%) on the canary for a bake period."""
+
+    kind: Literal["canary"]
+    weight: int = Field(ge=1, le=99)
+    bake: Duration
+
+    def hold_for(self) -> timedelta:
+        return self.bake
+
+    def default_title(self) -> str:
+        return f"canary {self.weight}%"
+
+
+class PauseStep(_Step):
+    """Holds the current weight until an operator promotes, or ``duration`` passes."""
+
+    kind: Literal["pause"]
+    duration: Duration | None = None
+
+    def hold_for(self) -> timedelta:
+        return self.duration or timedelta(0)
+
+    def default_title(self) -> str:
+        return "awaiting promotion" if self.duration is None else "pause"
+
+
+class FullStep(_Step):
+    """All new sessions on the canary build."""
+
+    kind: Literal["full"]
+    weight: Literal[100] = 100
+    duration: Duration = timedelta(0)
+
+    def hold_for(self) -> timedelta:
+        return self.duration
+
+    def default_title(self) -> str:
+        return "full 100%"
+
+
+class SteadyStep(_Step):
+    """The post-promotion watch: capacity and health at 100% for ``duration``."""
+
+    kind: Literal["steady"]
+    weight: Literal[100] = 100
+    duration: Duration = timedelta(hours=24)
+
+    def hold_for(self) -> timedelta:
+        return self.duration
+
+    def default_title(self) -> str:
+        return "steady"
+
+
+Step = Annotated[
+    ShadowStep | CanaryStep | PauseStep | FullStep | SteadyStep, Field(discriminator="kind")
+]
+
+
+# --- the plan -----------------------------------------------------------------------------
+
+
+class Limits(_Spec):
+    """When to stop trusting a rollout that makes no progress."""
+
+    max_inconclusive: int = Field(default=5, ge=1)
+    on_inconclusive: Literal["pause", "rollback"] = "pause"
+    progress_deadline: Duration | None = None
+
+
+class Rollback(_Spec):
+    """Gates evaluated at every tick of every step; any breach rolls back at once."""
+
+    triggers: list[Name] = Field(default_factory=list)
+
+
+class Plan(_Spec):
+    """A whole rollout plan. Structure only: :func:`plan_problems` checks how fields relate."""
+
+    name: Name
+    service: Name
+    environment: Literal["staging", "production"]
+    description: str = ""
+    pools: Pools
+    router: RouterSpec
+    metrics: MetricsSpec
+    artefacts: Artefacts
+    capacity: Capacity | None = None
+    interval: Duration = timedelta(seconds=30)
+    trigger_interval: Duration = timedelta(seconds=5)
+    limits: Limits = Limits()
+    gates: dict[Name, GateSpec] = Field(default_factory=dict)
+    steps: list[Step] = Field(min_length=1)
+    rollback: Rollback = Rollback()
+
+    def step_weight(self, index: int) -> int:
+        """The canary weight in force at step ``index`` (a pause keeps the one before it)."""
+        for step in reversed(self.steps[: index + 1]):
+            if not isinstance(step, PauseStep):
+                return step.weight
+        return 0
+
+    def step_mirrors(self, index: int) -> bool:
+        """Whether traffic is mirrored at step ``index`` (a pause after shadow keeps mirroring)."""
+        for step in reversed(self.steps[: index + 1]):
+            if not isinstance(step, PauseStep):
+                return isinstance(step, ShadowStep)
+        return False
+
+    def gates_of(self, index: int) -> tuple[str, ...]:
+        """The gate names that must pass for step ``index`` to complete."""
+        return tuple(self.steps[index].gates)
+
+
+def plan_problems(plan: Plan) -> list[tuple[str, str]]:
+    """Every broken cross-field rule of ``plan`` as (field path, what was expected)."""
+    return [
+        *_dangling_gate_references(plan),
+        *_steps_out_of_order(plan),
+        *_intervals(plan),
+        *_metrics_source(plan),
+    ]
+
+
+def _metrics_source(plan: Plan) -> list[tuple[str, str]]:
+    metrics = plan.metrics
+    if metrics.source == "prometheus" and not metrics.url:
+        return [
+            ("metrics.url", "required when source is 'prometheus' (e.g. http://prometheus:9090)")
+        ]
+    if metrics.source == "file" and not metrics.path:
+        return [("metrics.path", "required when source is 'file' (a JSON file of signal values)")]
+    return []
+
+
+def _dangling_gate_references(plan: Plan) -> list[tuple[str, str]]:
+    defined = ", ".join(sorted(plan.gates)) or "none"
+    problems = []
+    for i, step in enumerate(plan.steps):
+        for j, gate in enumerate(step.gates):
+            if gate not in plan.gates:
+                problems.append((f"steps[{i}].gates[{j}]", _undefined(gate, defined)))
+    for j, gate in enumerate(plan.rollback.triggers):
+        if gate not in plan.gates:
+            problems.append((f"rollback.triggers[{j}]", _undefined(gate, defined)))
+    return problems
+
+
+def _undefined(gate: str, defined: str) -> str:
+    return f"gate {gate!r} is not defined under 'gates' (defined: {defined})"
+
+
+def _steps_out_of_order(plan: Plan) -> list[tuple[str, str]]:
+    problems = []
+    previous_weight = -1
+    seen_full = False
+    for i, step in enumerate(plan.steps):
+        where = f"steps[{i}].kind"
+        if seen_full and not isinstance(step, SteadyStep):
+            problems.append((where, f"only 'steady' may follow 'full', got {step.kind!r}"))
+            continue
+        if isinstance(step, SteadyStep) and not seen_full:
+            problems.append((where, "'steady' must come after a 'full' step"))
+            continue
+        if isinstance(step, PauseStep):
+            if i == 0:
+                problems.append((where, "a plan cannot start with 'pause'"))
+            continue
+        if isinstance(step, ShadowStep) and previous_weight > 0:
+            problems.append((where, "'shadow' must come before any step that shifts traffic"))
+        if isinstance(step, CanaryStep) and step.weight <= previous_weight:
+            problems.append(
+                (
+                    f"steps[{i}].weight",
+                    "weights must increase from step to step: "
+                    f"{step.weight} after {previous_weight}",
+                )
+            )
+        seen_full = seen_full or isinstance(step, FullStep)
+        previous_weight = max(previous_weight, step.weight)
+    return problems
+
+
+def _intervals(plan: Plan) -> list[tuple[str, str]]:
+    problems = []
+    if plan.interval <= timedelta(0):
+        problems.append(("interval", "must be longer than 0s"))
+    if plan.trigger_interval <= timedelta(0):
+        problems.append(("trigger_interval", "must be longer than 0s"))
+    elif plan.trigger_interval > plan.interval:
+        problems.append(("trigger_interval", "must not be longer than 'interval'"))
+    return problems

@@ -1,0 +1,179 @@
+"""Reading a plan file: every problem reported with the file, the field and what was expected.
+
+Operators fix plans from these messages alone, so each one names a path such as
+``steps[2].weight`` rather than pydantic's internal location tuple, and the loader
+collects every problem it can find instead of stopping at the first.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import yaml
+from pydantic import ValidationError
+
+from rolloutd.errors import BadInput, Problem
+from rolloutd.plan import Plan, plan_problems
+
+MAX_PLAN_BYTES = 1024 * 1024
+
+
+@dataclass(frozen=True)
+class LoadedPlan:
+    """A validated plan with the text it came from and its content hash."""
+
+    plan: Plan
+    source: str
+    text: str
+    content_hash: str
+
+
+def load_plan(path: str | Path) -> LoadedPlan:
+    """Read, parse and validate the plan at ``path``.
+
+    :raises BadInput: with one problem per broken rule, each naming the file and field.
+    """
+    source = str(path)
+    return parse_plan(_read_text(Path(path), source), source)
+
+
+def parse_plan(text: str, source: str = "<plan>") -> LoadedPlan:
+    """Parse and validate plan ``text``; ``source`` names it in messages.
+
+    :raises BadInput: with one problem per broken rule.
+    """
+    data = _parse_yaml(text, source)
+    try:
+        plan = Plan.model_validate(data)
+    except ValidationError as exc:
+        raise BadInput([_problem(source, data, err) for err in exc.errors()]) from None
+    problems = [Problem(source, path, message) for path, message in plan_problems(plan)]
+    if problems:
+        raise BadInput(problems)
+    return LoadedPlan(plan=plan, source=source, text=text, content_hash=content_hash(plan))
+
+
+def content_hash(plan: Plan) -> str:
+    """The sha256 of the plan's canonical JSON: comments and key order do not change it."""
+    canonical = json.dumps(plan.model_dump(mode="json"), sort_keys=True, separators=(",", ":"))
+    return hashlib.sha256(canonical.encode()).hexdigest()
+
+
+def _read_text(path: Path, source: str) -> str:
+    try:
+        if path.is_dir():
+            raise BadInput.one(source, "", "is a directory; expected a YAML plan file")
+        size = path.stat().st_size
+        if size > MAX_PLAN_BYTES:
+            raise BadInput.one(
+                source, "", f"is {size} bytes; a plan may be at most {MAX_PLAN_BYTES} bytes (1 MiB)"
+            )
+        raw = path.read_bytes()
+    except FileNotFoundError:
+        raise BadInput.one(source, "", "no such file") from None
+    except PermissionError:
+        raise BadInput.one(source, "", "permission denied") from None
+    except OSError as exc:
+        raise BadInput.one(source, "", f"cannot be read: {exc.strerror}") from None
+    if b"\x00" in raw:
+        raise BadInput.one(source, "", "is a binary file; expected a YAML plan")
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError:
+        raise BadInput.one(source, "", "is not UTF-8 text; expected a YAML plan") from None
+
+
+class _UniqueKeyLoader(yaml.SafeLoader):
+    """A safe loader that refuses a key given twice in one mapping (YAML keeps the last)."""
+
+
+def _construct_mapping(loader: _UniqueKeyLoader, node: yaml.MappingNode) -> dict[Any, Any]:
+    loader.flatten_mapping(node)
+    result: dict[Any, Any] = {}
+    for key_node, value_node in node.value:
+        key = loader.construct_object(key_node, deep=True)
+        if key in result:
+            raise yaml.constructor.ConstructorError(
+                None, None, f"key {key!r} appears twice in one mapping", key_node.start_mark
+            )
+        result[key] = loader.construct_object(value_node, deep=True)
+    return result
+
+
+_UniqueKeyLoader.add_constructor(
+    yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG,
+    _construct_mapping,
+)
+
+
+def _parse_yaml(text: str, source: str) -> dict[str, Any]:
+    if not text.strip():
+        raise BadInput.one(source, "", "is empty; expected a YAML mapping with the plan")
+    try:
+        data = yaml.load(text, Loader=_UniqueKeyLoader)
+    except yaml.MarkedYAMLError as exc:
+        mark = exc.problem_mark or exc.context_mark
+        where = f"line {mark.line + 1} column {mark.column + 1}" if mark else "somewhere"
+        raise BadInput.one(source, "", f"is not valid YAML at {where}: {exc.problem}") from None
+    except yaml.YAMLError as exc:
+        raise BadInput.one(source, "", f"is not valid YAML: {exc}") from None
+    if not isinstance(data, dict):
+        kind = "a list" if isinstance(data, list) else f"a {type(data).__name__}"
+        raise BadInput.one(source, "", f"expected a YAML mapping at the top level, got {kind}")
+    return data
+
+
+def _problem(source: str, data: object, error: Mapping[str, Any]) -> Problem:
+    return Problem(source, _field_path(data, error["loc"]), _message(error))
+
+
+def _field_path(data: object, loc: Sequence[int | str]) -> str:
+    """Render pydantic's location as ``steps[2].weight``, dropping union tags it inserts."""
+    parts: list[str] = []
+    node: object = data
+    for item in loc:
+        if isinstance(item, int):
+            parts.append(f"[{item}]")
+            node = node[item] if isinstance(node, list) and item < len(node) else None
+            continue
+        if isinstance(node, dict) and item not in node and item in _tags_of(node):
+            continue  # the discriminator value of a tagged union, not a key the user wrote
+        parts.append(f".{item}" if parts else item)
+        node = node.get(item) if isinstance(node, dict) else None
+    return "".join(parts)
+
+
+def _tags_of(node: Mapping[str, Any]) -> set[object]:
+    return {node.get("kind"), node.get("driver")} - {None}
+
+
+def _message(error: Mapping[str, Any]) -> str:
+    kind = error["type"]
+    ctx = error.get("ctx") or {}
+    given = error.get("input")
+    if kind == "extra_forbidden":
+        return "unknown key"
+    if kind == "missing":
+        return "required, but missing"
+    if kind == "union_tag_invalid":
+        field = str(ctx.get("discriminator", "kind")).strip("'")
+        return f"unknown {field} {ctx.get('tag')!r}; expected one of {ctx.get('expected_tags')}"
+    if kind == "union_tag_not_found":
+        field = str(ctx.get("discriminator", "kind")).strip("'")
+        return f"needs '{field}' to say which kind it is"
+    message = str(error["msg"])
+    message = message.removeprefix("Value error, ")
+    message = message[0].lower() + message[1:] if message else message
+    if kind.endswith("_type") or kind.startswith(("greater", "less", "literal", "string_")):
+        return f"{message}, got {_shown(given)}"
+    return message
+
+
+def _shown(value: object) -> str:
+    text = repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."
