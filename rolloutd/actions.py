@@ -1,0 +1,108 @@
+"""What the state machine asks the world to do, and what it saw: plain, frozen data.
+
+Every action carries a deterministic key, so the shell can write it to the intent log
+once, replay it after a crash, and never perform it twice with a different effect.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import datetime
+from enum import StrEnum
+from typing import Any, Literal
+
+
+class Verdict(StrEnum):
+    """A gate's judgement. Only PASS may let a step complete."""
+
+    PASS = "pass"
+    FAIL = "fail"
+    BREACH = "breach"
+    INCONCLUSIVE = "inconclusive"
+    PENDING = "pending"
+
+
+@dataclass(frozen=True)
+class GateResult:
+    """The newest evaluation of one gate."""
+
+    verdict: Verdict
+    evaluated_at: datetime
+    reason: str = ""
+    value: float | None = None
+    threshold: str | None = None
+
+
+CommandKind = Literal["promote", "abort", "pause", "resume"]
+Severity = Literal["info", "warning", "critical"]
+
+
+@dataclass(frozen=True)
+class Command:
+    """An operator's instruction, as written by ``rolloutctl``."""
+
+    id: int
+    kind: CommandKind
+    actor: str
+    reason: str | None = None
+    full: bool = False
+
+
+@dataclass(frozen=True)
+class Observed:
+    """What the shell saw of the world before this decision."""
+
+    router_weight: int | None = None
+    done_actions: frozenset[str] = frozenset()
+
+
+@dataclass(frozen=True)
+class SetWeight:
+    """Send ``weight`` percent of new sessions to the canary (absolute, so idempotent)."""
+
+    key: str
+    weight: int
+    mirror: bool = False
+    kind: Literal["set_weight"] = "set_weight"
+
+    def payload(self) -> dict[str, Any]:
+        """The action's arguments as stored in the intent log."""
+        return {"weight": self.weight, "mirror": self.mirror}
+
+
+@dataclass(frozen=True)
+class Alert:
+    """Tell people: ``topic`` names what happened (rollback_started, awaiting_promotion, ...)."""
+
+    key: str
+    topic: str
+    severity: Severity
+    text: str
+    data: dict[str, Any] = field(default_factory=dict)
+    kind: Literal["alert"] = "alert"
+
+    def payload(self) -> dict[str, Any]:
+        """The action's arguments as stored in the intent log."""
+        return {"topic": self.topic, "severity": self.severity, "text": self.text, **self.data}
+
+
+Action = SetWeight | Alert
+
+
+@dataclass(frozen=True)
+class Event:
+    """A line of the audit log."""
+
+    kind: str
+    detail: str
+    actor: str = "rolloutd"
+    data: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class CommandOutcome:
+    """Whether a command was applied, and why not if it was rejected."""
+
+    command_id: int
+    applied: bool
+    detail: str

@@ -1,0 +1,398 @@
+"""The rollout state machine: progress facts, verdicts, commands and ``now`` in; decisions out.
+
+Pure by design: no sockets, no clock, no database. The daemon loads the facts, asks
+:func:`decide`, writes the new facts and the returned actions in one transaction,
+then performs the actions. That split is what makes every rule below testable in
+microseconds and the whole machine checkable with property tests.
+
+The rules, in the order they apply on a tick:
+
+1. A terminal rollout does nothing; every command is rejected.
+2. A pending rollout starts (or fails its preflight, or is aborted before any traffic moved).
+3. Operator commands apply in the order they were given.
+4. Gates are judged: any rollback-trigger failure or any breach starts the rollback;
+   too many consecutive inconclusive evaluations pause (or roll back, as the plan says),
+   and an inconclusive pause lifts by itself once every gate has data again.
+5. A rollback ends ``rolled_back`` only when its actions are done and the router reads 0.
+6. A step counts as reached only when the router reads its weight back; it completes when
+   its bake has elapsed (or it was promoted) and every gate passed after it was reached.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, replace
+from datetime import datetime, timedelta
+
+from rolloutd.actions import (
+    Action,
+    Alert,
+    Command,
+    CommandOutcome,
+    Event,
+    GateResult,
+    Observed,
+    SetWeight,
+    Severity,
+    Verdict,
+)
+from rolloutd.durations import format_duration
+from rolloutd.plan import FullStep, PauseStep, Plan
+from rolloutd.progress import Ending, Progress, RollbackFacts, State, derive_state
+
+ROLLBACK_WEIGHT_KEY = "rollback/weight-0"
+
+
+@dataclass(frozen=True)
+class Decision:
+    """The machine's answer for one tick."""
+
+    progress: Progress
+    state: State
+    actions: tuple[Action, ...]
+    events: tuple[Event, ...]
+    outcomes: tuple[CommandOutcome, ...]
+
+
+def state_of(plan: Plan, progress: Progress) -> State:
+    """The user-facing state of ``progress`` under ``plan``."""
+    step = plan.steps[min(progress.step_index, len(plan.steps) - 1)]
+    waiting = isinstance(step, PauseStep) and step.duration is None
+    return derive_state(progress, awaiting_promotion=waiting)
+
+
+def weight_key(step_index: int, weight: int, mirror: bool) -> str:
+    """The idempotency key of the action that sets a step's weight."""
+    return f"step-{step_index}/weight-{weight}" + ("-mirror" if mirror else "")
+
+
+def refusal(plan: Plan, progress: Progress, kind: str, *, full: bool = False) -> str | None:
+    """Why ``kind`` makes no sense now, or None when it may be applied.
+
+    ``rolloutctl`` asks this before writing a command, and :func:`decide` asks it again
+    when applying the command, since the rollout may have moved on in between.
+    """
+    state = state_of(plan, progress)
+    if state.terminal:
+        return f"the rollout has ended ({state})"
+    if state is State.ROLLING_BACK:
+        return "the rollout is rolling back"
+    if kind == "abort":
+        return None
+    if state is State.PENDING:
+        return f"the rollout has not started yet; only abort applies to a {state} rollout"
+    if kind == "pause":
+        return "the rollout is already paused" if state is State.PAUSED else None
+    if kind == "resume":
+        return None if state is State.PAUSED else f"the rollout is not paused (it is {state})"
+    if kind == "promote":
+        if state is State.PAUSED:
+            return "the rollout is paused; resume it first"
+        if full:
+            target = _full_index(plan)
+            if target is None:
+                return "the plan has no 'full' step to promote to"
+            if progress.step_index >= target:
+                return "the rollout is already at or past its 'full' step"
+        return None
+    return f"unknown command {kind!r}"
+
+
+def decide(
+    plan: Plan,
+    progress: Progress,
+    *,
+    verdicts: Mapping[str, GateResult],
+    commands: Sequence[Command],
+    observed: Observed,
+    now: datetime,
+    preflight_error: str | None = None,
+) -> Decision:
+    """Compute the next progress facts and the actions to take; see the module docstring."""
+    tick = _Tick(plan, progress, now)
+    if progress.ended is not None:
+        tick.reject_all(commands)
+    elif progress.started_at is None:
+        tick.begin(commands, preflight_error)
+    else:
+        tick.apply(commands)
+        tick.judge(verdicts)
+        tick.move(verdicts, observed)
+    return tick.decision()
+
+
+def _full_index(plan: Plan) -> int | None:
+    return next((i for i, s in enumerate(plan.steps) if isinstance(s, FullStep)), None)
+
+
+class _Tick:
+    """The working state of one :func:`decide` call."""
+
+    def __init__(self, plan: Plan, progress: Progress, now: datetime) -> None:
+        self.plan = plan
+        self.p = progress
+        self.now = now
+        self.actions: list[Action] = []
+        self.events: list[Event] = []
+        self.outcomes: list[CommandOutcome] = []
+
+    def decision(self) -> Decision:
+        return Decision(
+            progress=self.p,
+            state=state_of(self.plan, self.p),
+            actions=tuple(self.actions),
+            events=tuple(self.events),
+            outcomes=tuple(self.outcomes),
+        )
+
+    # -- starting --------------------------------------------------------------------------
+
+    def begin(self, commands: Sequence[Command], preflight_error: str | None) -> None:
+        abort = next((c for c in commands if c.kind == "abort"), None)
+        for command in commands:
+            if command is not abort:
+                self.reject(command, "the rollout was not started yet")
+        if abort is not None:
+            # Nothing has moved yet, so there is nothing to roll back.
+            self.outcomes.append(CommandOutcome(abort.id, True, "aborted before it started"))
+            self.end("aborted", f"aborted by {abort.actor} before it started: {abort.reason}")
+            return
+        if preflight_error is not None:
+            self.p = replace(self.p, started_at=self.now)
+            self.end("failed", f"could not start: {preflight_error}", severity="critical")
+            return
+        self.p = replace(self.p, started_at=self.now)
+        self.events.append(Event("started", f"rollout started with plan {self.plan.name}"))
+        self.enter(0)
+
+    # -- operator commands -----------------------------------------------------------------
+
+    def reject_all(self, commands: Sequence[Command]) -> None:
+        for command in commands:
+            self.reject(command, f"the rollout has ended ({self.p.ended})")
+
+    def reject(self, command: Command, why: str) -> None:
+        self.outcomes.append(CommandOutcome(command.id, False, why))
+        self.events.append(
+            Event("command_rejected", f"{command.kind} rejected: {why}", actor=command.actor)
+        )
+
+    def apply(self, commands: Sequence[Command]) -> None:
+        for command in commands:
+            why = refusal(self.plan, self.p, command.kind, full=command.full)
+            if why is not None:
+                self.reject(command, why)
+                continue
+            detail = getattr(self, f"_{command.kind}")(command)
+            self.outcomes.append(CommandOutcome(command.id, True, detail))
+
+    def _abort(self, command: Command) -> str:
+        self.start_rollback(f"aborted by {command.actor}: {command.reason}", actor=command.actor)
+        return "rollback started"
+
+    def _pause(self, command: Command) -> str:
+        self.p = replace(self.p.stop_clock(self.now), paused="operator")
+        self.events.append(Event("paused", _said(command, "paused"), actor=command.actor))
+        return "paused"
+
+    def _resume(self, command: Command) -> str:
+        self.resume(_said(command, "resumed"), actor=command.actor)
+        return "resumed"
+
+    def _promote(self, command: Command) -> str:
+        if command.full:
+            target = _full_index(self.plan)
+            assert target is not None  # refusal() has checked
+            self.events.append(
+                Event("promoted", _said(command, "promoted to full"), actor=command.actor)
+            )
+            self.enter(target)
+            return "promoted to full"
+        step = self.plan.steps[self.p.step_index]
+        self.events.append(
+            Event("promoted", _said(command, f"promoted {step.title()}"), actor=command.actor)
+        )
+        if isinstance(step, PauseStep):
+            self.complete()
+            return "pause ended"
+        # A promotion ends the bake early; the step's gates must still pass.
+        self.p = replace(self.p, promoted=True)
+        return "bake ended early; the step completes once its gates pass"
+
+    def resume(self, detail: str, *, actor: str = "rolloutd") -> None:
+        mark = self.now if self.p.step_verified_at is not None else None
+        self.p = replace(self.p, paused=None, bake_mark=mark, inconclusive_streaks={})
+        self.events.append(Event("resumed", detail, actor=actor))
+
+    # -- gates -----------------------------------------------------------------------------
+
+    def judge(self, verdicts: Mapping[str, GateResult]) -> None:
+        if self.p.rollback is not None:
+            return
+        triggers = set(self.plan.rollback.triggers)
+        streaks = dict(self.p.inconclusive_streaks)
+        seen = dict(self.p.last_seen)
+        for gate, since in self.relevant_gates(triggers).items():
+            result = verdicts.get(gate)
+            if result is None or since is None or result.evaluated_at < since:
+                continue
+            if gate not in seen or result.evaluated_at > seen[gate]:
+                seen[gate] = result.evaluated_at
+                inconclusive = result.verdict is Verdict.INCONCLUSIVE
+                streaks[gate] = streaks.get(gate, 0) + 1 if inconclusive else 0
+            breached = result.verdict is Verdict.BREACH or (
+                gate in triggers and result.verdict is Verdict.FAIL
+            )
+            if breached:
+                self.p = replace(self.p, inconclusive_streaks=streaks, last_seen=seen)
+                cause = f"gate {gate} breached" + (f": {result.reason}" if result.reason else "")
+                self.start_rollback(cause, gate=gate, result=result)
+                return
+        self.p = replace(self.p, inconclusive_streaks=streaks, last_seen=seen)
+        self.judge_inconclusive(streaks)
+
+    def relevant_gates(self, triggers: set[str]) -> dict[str, datetime | None]:
+        """Gate name -> the earliest evaluation time that counts for this step."""
+        gates: dict[str, datetime | None] = dict.fromkeys(triggers, self.p.started_at)
+        for gate in self.plan.gates_of(self.p.step_index):
+            gates.setdefault(gate, self.p.step_entered_at)
+        return gates
+
+    def judge_inconclusive(self, streaks: Mapping[str, int]) -> None:
+        limit = self.plan.limits.max_inconclusive
+        over = sorted(g for g, n in streaks.items() if n > limit)
+        if over and self.p.paused is None:
+            cause = f"{', '.join(over)}: more than {limit} inconclusive evaluations in a row"
+            if self.plan.limits.on_inconclusive == "rollback":
+                self.start_rollback(cause)
+                return
+            self.p = replace(self.p.stop_clock(self.now), paused="inconclusive")
+            self.events.append(Event("paused", f"paused: {cause}"))
+            self.alert("inconclusive_limit", "warning", f"Rollout paused: {cause}")
+        elif not over and self.p.paused == "inconclusive":
+            # The data is back; an automatic pause lifts by itself, an operator's does not.
+            self.resume("resumed: every gate has data again")
+
+    # -- moving through the steps ----------------------------------------------------------
+
+    def move(self, verdicts: Mapping[str, GateResult], observed: Observed) -> None:
+        if self.p.rollback is not None:
+            self.finish_rollback(observed)
+        elif self.p.paused is None:
+            self.advance(verdicts, observed)
+
+    def advance(self, verdicts: Mapping[str, GateResult], observed: Observed) -> None:
+        index = self.p.step_index
+        step = self.plan.steps[index]
+        weight = self.plan.step_weight(index)
+        deadline = self.plan.limits.progress_deadline
+        if self.p.step_verified_at is None:
+            mirror = self.plan.step_mirrors(index)
+            key = weight_key(index, weight, mirror)
+            if key in observed.done_actions and observed.router_weight == weight:
+                self.p = replace(self.p, step_verified_at=self.now, bake_mark=self.now)
+                self.events.append(Event("weight_verified", f"router reads {weight}% canary"))
+            elif (
+                deadline is not None
+                and self.p.step_entered_at is not None
+                and self.now - self.p.step_entered_at > deadline
+            ):
+                self.start_rollback(
+                    f"the router did not confirm {weight}% within {format_duration(deadline)}"
+                )
+            return
+        baked = self.p.baked(self.now)
+        if isinstance(step, PauseStep):
+            if step.duration is not None and baked >= step.duration:
+                self.complete()
+            return
+        hold = timedelta(0) if self.p.promoted else step.hold_for()
+        gates_pass = all(
+            (r := verdicts.get(g)) is not None
+            and r.verdict is Verdict.PASS
+            and r.evaluated_at >= self.p.step_verified_at
+            for g in step.gates
+        )
+        if baked >= hold and gates_pass:
+            self.complete()
+        elif deadline is not None and baked - hold > deadline:
+            waiting = [g for g in step.gates if _not_passing(verdicts.get(g))]
+            self.start_rollback(
+                f"{step.title()} did not pass {', '.join(waiting)} within "
+                f"{format_duration(deadline)} after its bake"
+            )
+
+    def complete(self) -> None:
+        index = self.p.step_index
+        self.events.append(Event("step_completed", f"step {index} {self.step_title()} completed"))
+        if index + 1 >= len(self.plan.steps):
+            self.end("completed", "rollout completed: the canary build serves all sessions")
+        else:
+            self.enter(index + 1)
+
+    def enter(self, index: int) -> None:
+        step = self.plan.steps[index]
+        weight = self.plan.step_weight(index)
+        mirror = self.plan.step_mirrors(index)
+        self.p = replace(
+            self.p,
+            step_index=index,
+            step_entered_at=self.now,
+            step_verified_at=None,
+            baked_seconds=0.0,
+            bake_mark=None,
+            promoted=False,
+        )
+        self.actions.append(SetWeight(weight_key(index, weight, mirror), weight, mirror))
+        self.events.append(
+            Event("step_entered", f"step {index} {step.title()}: canary weight {weight}%")
+        )
+        if isinstance(step, PauseStep) and step.duration is None:
+            self.alert("awaiting_promotion", "info", f"Waiting for promotion at {weight}% canary")
+
+    def step_title(self) -> str:
+        return self.plan.steps[self.p.step_index].title()
+
+    # -- rolling back and ending -----------------------------------------------------------
+
+    def start_rollback(
+        self,
+        cause: str,
+        *,
+        gate: str | None = None,
+        result: GateResult | None = None,
+        actor: str = "rolloutd",
+    ) -> None:
+        facts = RollbackFacts(cause=cause, started_at=self.now, gate=gate)
+        self.p = replace(self.p.stop_clock(self.now), rollback=facts, paused=None)
+        self.actions.append(SetWeight(ROLLBACK_WEIGHT_KEY, 0, False))
+        data: dict[str, object] = {"step": self.p.step_index, "step_name": self.step_title()}
+        if gate is not None and result is not None:
+            data.update(gate=gate, value=result.value, threshold=result.threshold)
+        self.events.append(Event("rollback_started", f"rollback started: {cause}", actor, data))
+        self.alert("rollback_started", "critical", f"Rolling back: {cause}", data)
+
+    def finish_rollback(self, observed: Observed) -> None:
+        if ROLLBACK_WEIGHT_KEY in observed.done_actions and observed.router_weight == 0:
+            self.end("rolled_back", "rollback finished: the router reads 0% canary")
+
+    def end(self, ending: Ending, detail: str, *, severity: Severity = "info") -> None:
+        self.p = replace(self.p.stop_clock(self.now), ended=ending, ended_at=self.now)
+        self.events.append(Event(ending, detail))
+        self.alert(ending, severity, detail)
+
+    def alert(
+        self, topic: str, severity: Severity, text: str, data: dict[str, object] | None = None
+    ) -> None:
+        # `now` is an input, so the key is deterministic and a replayed tick adds no duplicate.
+        key = f"alert/{topic}/step-{self.p.step_index}/{self.now.isoformat()}"
+        payload = {"step": self.p.step_index, **(data or {})}
+        self.actions.append(Alert(key, topic, severity, text, payload))
+
+
+def _not_passing(result: GateResult | None) -> bool:
+    return result is None or result.verdict is not Verdict.PASS
+
+
+def _said(command: Command, what: str) -> str:
+    return f"{what} by {command.actor}" + (f": {command.reason}" if command.reason else "")

@@ -1,0 +1,152 @@
+"""The facts a rollout's progress is made of, and the state users see, derived from them.
+
+Storage keeps facts (which step, when it was entered, when its weight was verified,
+how much bake time has accrued, whether an operator paused it, why a rollback began),
+never a phase to be trusted: :func:`derive_state` recomputes the phase on every read.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+from datetime import UTC, datetime, timedelta
+from enum import StrEnum
+from typing import Any, Literal, Self
+
+
+class State(StrEnum):
+    """The state of a rollout as reported to users."""
+
+    PENDING = "pending"
+    RUNNING = "running"
+    PAUSED = "paused"
+    AWAITING_PROMOTION = "awaiting_promotion"
+    ROLLING_BACK = "rolling_back"
+    ROLLED_BACK = "rolled_back"
+    COMPLETED = "completed"
+    ABORTED = "aborted"
+    FAILED = "failed"
+
+    @property
+    def terminal(self) -> bool:
+        """Whether nothing can happen to the rollout any more."""
+        return self in TERMINAL
+
+
+TERMINAL = frozenset({State.ROLLED_BACK, State.COMPLETED, State.ABORTED, State.FAILED})
+Ending = Literal["rolled_back", "completed", "aborted", "failed"]
+PauseCause = Literal["operator", "inconclusive"]
+
+
+@dataclass(frozen=True)
+class RollbackFacts:
+    """Why and when a rollback began."""
+
+    cause: str
+    started_at: datetime
+    gate: str | None = None
+
+
+@dataclass(frozen=True)
+class Progress:
+    """Everything the state machine needs to remember between ticks."""
+
+    started_at: datetime | None = None
+    step_index: int = 0
+    step_entered_at: datetime | None = None
+    step_verified_at: datetime | None = None
+    baked_seconds: float = 0.0
+    bake_mark: datetime | None = None
+    promoted: bool = False
+    paused: PauseCause | None = None
+    inconclusive_streaks: dict[str, int] = field(default_factory=dict)
+    last_seen: dict[str, datetime] = field(default_factory=dict)
+    rollback: RollbackFacts | None = None
+    ended: Ending | None = None
+    ended_at: datetime | None = None
+
+    def baked(self, now: datetime) -> timedelta:
+        """Bake time accrued in the current step, paused time excluded."""
+        running = (now - self.bake_mark).total_seconds() if self.bake_mark else 0.0
+        return timedelta(seconds=self.baked_seconds + max(running, 0.0))
+
+    def stop_clock(self, now: datetime) -> Self:
+        """Bank the running bake time and stop counting (pause)."""
+        return replace(self, baked_seconds=self.baked(now).total_seconds(), bake_mark=None)
+
+    def for_storage(self) -> dict[str, Any]:
+        """A JSON-ready dict; :meth:`from_storage` reads it back."""
+        return {
+            "started_at": _iso(self.started_at),
+            "step_index": self.step_index,
+            "step_entered_at": _iso(self.step_entered_at),
+            "step_verified_at": _iso(self.step_verified_at),
+            "baked_seconds": self.baked_seconds,
+            "bake_mark": _iso(self.bake_mark),
+            "promoted": self.promoted,
+            "paused": self.paused,
+            "inconclusive_streaks": dict(self.inconclusive_streaks),
+            "last_seen": {k: _iso(v) for k, v in self.last_seen.items()},
+            "rollback": None
+            if self.rollback is None
+            else {
+                "cause": self.rollback.cause,
+                "started_at": _iso(self.rollback.started_at),
+                "gate": self.rollback.gate,
+            },
+            "ended": self.ended,
+            "ended_at": _iso(self.ended_at),
+        }
+
+    @classmethod
+    def from_storage(cls, data: dict[str, Any]) -> Self:
+        """Rebuild progress from :meth:`for_storage` output."""
+        rollback = data.get("rollback")
+        return cls(
+            started_at=_dt(data.get("started_at")),
+            step_index=int(data.get("step_index", 0)),
+            step_entered_at=_dt(data.get("step_entered_at")),
+            step_verified_at=_dt(data.get("step_verified_at")),
+            baked_seconds=float(data.get("baked_seconds", 0.0)),
+            bake_mark=_dt(data.get("bake_mark")),
+            promoted=bool(data.get("promoted", False)),
+            paused=data.get("paused"),
+            inconclusive_streaks=dict(data.get("inconclusive_streaks") or {}),
+            last_seen={k: _req_dt(v) for k, v in (data.get("last_seen") or {}).items()},
+            rollback=None
+            if not rollback
+            else RollbackFacts(
+                cause=rollback["cause"],
+                started_at=_req_dt(rollback["started_at"]),
+                gate=rollback.get("gate"),
+            ),
+            ended=data.get("ended"),
+            ended_at=_dt(data.get("ended_at")),
+        )
+
+
+def derive_state(progress: Progress, *, awaiting_promotion: bool) -> State:
+    """The user-facing state, recomputed from facts; ``awaiting_promotion`` comes from the plan."""
+    if progress.ended is not None:
+        return State(progress.ended)
+    if progress.rollback is not None:
+        return State.ROLLING_BACK
+    if progress.started_at is None:
+        return State.PENDING
+    if progress.paused is not None:
+        return State.PAUSED
+    if awaiting_promotion:
+        return State.AWAITING_PROMOTION
+    return State.RUNNING
+
+
+def _iso(value: datetime | None) -> str | None:
+    return None if value is None else value.astimezone(UTC).isoformat()
+
+
+def _dt(value: str | None) -> datetime | None:
+    return None if value is None else _req_dt(value)
+
+
+def _req_dt(value: str) -> datetime:
+    parsed = datetime.fromisoformat(value)
+    return parsed if parsed.tzinfo else parsed.replace(tzinfo=UTC)
