@@ -1,0 +1,89 @@
+"""Operator commands: ``rolloutctl`` writes them, the leader applies or rejects them.
+
+``rolloutctl`` never talks to the daemon. It writes a pending command row and, on Postgres,
+sends a NOTIFY on :data:`COMMANDS_CHANNEL` in the same transaction, delivered only if the command
+commits, so the leader wakes at once. On SQLite the leader finds the command at its next tick.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any, Final, Literal
+
+from sqlalchemy import func, select
+from sqlalchemy.orm import Session
+
+from rolloutd.errors import NotFound, Refused
+from rolloutd.store.models import Command, Rollout
+
+COMMANDS_CHANNEL: Final = "rolloutd_commands"
+
+CommandKind = Literal["promote", "abort", "pause", "resume"]
+CommandOutcome = Literal["applied", "rejected"]
+
+
+def add_command(
+    session: Session,
+    *,
+    rollout_id: int,
+    kind: CommandKind,
+    args: dict[str, Any],
+    actor: str,
+    reason: str | None,
+    now: datetime,
+) -> int:
+    """Queue a command for the leader and return its id; the NOTIFY payload is the rollout id.
+
+    :raises NotFound: when there is no such rollout.
+    """
+    if session.get(Rollout, rollout_id) is None:
+        raise NotFound(f"no rollout {rollout_id}")
+    command = Command(
+        rollout_id=rollout_id,
+        kind=kind,
+        args=args,
+        actor=actor,
+        reason=reason,
+        created_at=now,
+        status="pending",
+    )
+    session.add(command)
+    session.flush()
+    if session.get_bind().dialect.name == "postgresql":
+        session.execute(select(func.pg_notify(COMMANDS_CHANNEL, str(rollout_id))))
+    return command.id
+
+
+def pending_commands(session: Session, rollout_id: int) -> list[Command]:
+    """Return the rollout's commands not yet handled, oldest first."""
+    return list(
+        session.scalars(
+            select(Command)
+            .where(Command.rollout_id == rollout_id, Command.status == "pending")
+            .order_by(Command.created_at, Command.id)
+        )
+    )
+
+
+def finish_command(
+    session: Session,
+    command_id: int,
+    *,
+    status: CommandOutcome,
+    outcome: str,
+    now: datetime,
+) -> None:
+    """Mark a pending command applied or rejected, saying what came of it.
+
+    :raises NotFound: when there is no such command.
+    :raises Refused: when the command was handled already.
+    """
+    command = session.get(Command, command_id)
+    if command is None:
+        raise NotFound(f"no command {command_id}")
+    if command.status != "pending":
+        raise Refused(f"command {command_id} was already {command.status}")
+    command.status = status
+    command.outcome = outcome
+    command.handled_at = now
+    session.flush()

@@ -1,0 +1,18 @@
+"""Errors that only the store raises, each saying what the caller should do next."""
+
+from __future__ import annotations
+
+from rolloutd.errors import TemporaryError
+
+
+class StaleWrite(TemporaryError):
+    """Someone else wrote the rollout since we read it: reload it and decide again."""
+
+    def __init__(self, rollout_id: int, expected_revision: int) -> None:
+        super().__init__(
+            f"rollout {rollout_id} changed since revision {expected_revision} was read;"
+            " reload it and try again",
+            delay=0.0,
+        )
+        self.rollout_id = rollout_id
+        self.expected_revision = expected_revision

@@ -1,0 +1,227 @@
+"""The tables, as SQLAlchemy 2 declarative models that run unchanged on Postgres and SQLite.
+
+The rollout row keeps the progress *facts* the state machine wrote (``progress``) and a
+``revision`` for optimistic concurrency; the phase is derived from those facts, never trusted.
+Everything else is append-mostly history (events, gate evaluations, commands) or an intent log
+(actions) that a restarted daemon replays.
+
+Timestamps are :class:`~rolloutd.store.timestamps.UTCDateTime` and have no server defaults: the
+caller passes ``now`` so that tests can drive the clock. Constraint names come from the naming
+convention below, so later migrations (batch mode on SQLite) can address them by name.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import (
+    JSON,
+    Boolean,
+    CheckConstraint,
+    Double,
+    ForeignKey,
+    Index,
+    Integer,
+    MetaData,
+    String,
+    Text,
+    UniqueConstraint,
+    text,
+)
+from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
+
+from rolloutd.store.timestamps import UTCDateTime
+
+NAMING_CONVENTION = {
+    "ix": "ix_%(table_name)s_%(column_0_N_name)s",
+    "uq": "uq_%(table_name)s_%(column_0_N_name)s",
+    "ck": "ck_%(table_name)s_%(constraint_name)s",
+    "fk": "fk_%(table_name)s_%(column_0_name)s_%(referred_table_name)s",
+    "pk": "pk_%(table_name)s",
+}
+
+COMMAND_KINDS = ("promote", "abort", "pause", "resume")
+COMMAND_STATUSES = ("pending", "applied", "rejected")
+ACTION_STATUSES = ("pending", "done", "failed")
+GATE_ROLES = ("step", "trigger")
+ENGINES = ("trtllm", "vllm")
+
+
+def _one_of(column: str, values: tuple[str, ...]) -> CheckConstraint:
+    allowed = ", ".join(f"'{v}'" for v in values)
+    return CheckConstraint(f"{column} IN ({allowed})", name=column)
+
+
+class Base(DeclarativeBase):
+    """Declarative base carrying the shared metadata and naming convention."""
+
+    metadata = MetaData(naming_convention=NAMING_CONVENTION)
+
+
+class Rollout(Base):
+    """One rollout of one plan to one service in one environment."""
+
+    __tablename__ = "rollouts"
+    __table_args__ = (
+        # At most one active rollout per service and environment, enforced by the database so
+        # that two operators starting rollouts at the same moment cannot both succeed.
+        Index(
+            "uq_rollouts_active_service_environment",
+            "service",
+            "environment",
+            unique=True,
+            postgresql_where=text("active"),
+            sqlite_where=text("active"),
+        ),
+    )
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    name: Mapped[str] = mapped_column(String(200))
+    service: Mapped[str] = mapped_column(String(200))
+    environment: Mapped[str] = mapped_column(String(100))
+    state: Mapped[str] = mapped_column(String(40), index=True)
+    active: Mapped[bool] = mapped_column(Boolean)
+    plan_hash: Mapped[str] = mapped_column(String(64))
+    plan_source: Mapped[str] = mapped_column(Text)
+    plan_path: Mapped[str] = mapped_column(Text)
+    progress: Mapped[dict[str, Any]] = mapped_column(JSON)
+    revision: Mapped[int] = mapped_column(Integer)
+    created_by: Mapped[str] = mapped_column(String(200))
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime)
+    updated_at: Mapped[datetime] = mapped_column(UTCDateTime)
+
+    def __repr__(self) -> str:
+        return (
+            f"Rollout(id={self.id!r}, service={self.service!r}, "
+            f"environment={self.environment!r}, state={self.state!r}, revision={self.revision!r})"
+        )
+
+
+class StepProgress(Base):
+    """When each step of a rollout was entered, verified on the router, and completed."""
+
+    __tablename__ = "step_progress"
+
+    rollout_id: Mapped[int] = mapped_column(ForeignKey("rollouts.id"), primary_key=True)
+    step_index: Mapped[int] = mapped_column(Integer, primary_key=True)
+    name: Mapped[str] = mapped_column(String(200))
+    kind: Mapped[str] = mapped_column(String(40))
+    weight: Mapped[float] = mapped_column(Double)
+    entered_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
+    verified_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
+    completed_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
+
+
+class GateEvaluation(Base):
+    """One verdict of one gate (or rollback trigger) at one tick, with its evidence."""
+
+    __tablename__ = "gate_evaluations"
+    __table_args__ = (
+        Index(None, "rollout_id", "gate", "evaluated_at"),
+        _one_of("role", GATE_ROLES),
+    )
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    rollout_id: Mapped[int] = mapped_column(ForeignKey("rollouts.id"))
+    step_index: Mapped[int] = mapped_column(Integer)
+    gate: Mapped[str] = mapped_column(String(200))
+    role: Mapped[str] = mapped_column(String(20))
+    verdict: Mapped[str] = mapped_column(String(40))
+    value: Mapped[float | None] = mapped_column(Double)
+    threshold: Mapped[str | None] = mapped_column(String(200))
+    query: Mapped[str | None] = mapped_column(Text)
+    samples: Mapped[int | None] = mapped_column(Integer)
+    statistic: Mapped[float | None] = mapped_column(Double)
+    reason: Mapped[str | None] = mapped_column(Text)
+    evidence: Mapped[dict[str, Any]] = mapped_column(JSON)
+    evaluated_at: Mapped[datetime] = mapped_column(UTCDateTime)
+
+
+class Command(Base):
+    """An operator's request (promote, abort, pause, resume), applied or rejected by the leader."""
+
+    __tablename__ = "commands"
+    __table_args__ = (
+        Index(None, "rollout_id", "status"),
+        _one_of("kind", COMMAND_KINDS),
+        _one_of("status", COMMAND_STATUSES),
+    )
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    rollout_id: Mapped[int] = mapped_column(ForeignKey("rollouts.id"))
+    kind: Mapped[str] = mapped_column(String(20))
+    args: Mapped[dict[str, Any]] = mapped_column(JSON)
+    actor: Mapped[str] = mapped_column(String(200))
+    reason: Mapped[str | None] = mapped_column(Text)
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime)
+    status: Mapped[str] = mapped_column(String(20))
+    handled_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
+    outcome: Mapped[str | None] = mapped_column(Text)
+
+
+class Event(Base):
+    """One line of the audit log; ``rollout_id`` is null for daemon-level events."""
+
+    __tablename__ = "events"
+    __table_args__ = (
+        UniqueConstraint("rollout_id", "dedup_key"),
+        # NULLs are distinct in a unique constraint, so daemon-level events (no rollout) need
+        # their own index to be deduplicated too.
+        Index(
+            "uq_events_daemon_dedup_key",
+            "dedup_key",
+            unique=True,
+            postgresql_where=text("rollout_id IS NULL"),
+            sqlite_where=text("rollout_id IS NULL"),
+        ),
+        Index(None, "rollout_id", "at"),
+    )
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    rollout_id: Mapped[int | None] = mapped_column(ForeignKey("rollouts.id"))
+    at: Mapped[datetime] = mapped_column(UTCDateTime)
+    kind: Mapped[str] = mapped_column(String(60))
+    actor: Mapped[str] = mapped_column(String(200))
+    detail: Mapped[str] = mapped_column(Text)
+    data: Mapped[dict[str, Any]] = mapped_column(JSON)
+    dedup_key: Mapped[str | None] = mapped_column(String(200))
+
+
+class Action(Base):
+    """A side effect written as pending before it runs and marked done after (the intent log)."""
+
+    __tablename__ = "actions"
+    __table_args__ = (
+        UniqueConstraint("rollout_id", "key"),
+        Index(None, "status", "created_at"),
+        _one_of("status", ACTION_STATUSES),
+    )
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    rollout_id: Mapped[int] = mapped_column(ForeignKey("rollouts.id"))
+    key: Mapped[str] = mapped_column(String(200))
+    kind: Mapped[str] = mapped_column(String(60))
+    payload: Mapped[dict[str, Any]] = mapped_column(JSON)
+    status: Mapped[str] = mapped_column(String(20))
+    attempts: Mapped[int] = mapped_column(Integer)
+    last_error: Mapped[str | None] = mapped_column(Text)
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime)
+    done_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
+
+
+class ArtefactSet(Base):
+    """A pinned set of engine artefacts (config + files with digests) that a replica can run."""
+
+    __tablename__ = "artefact_sets"
+    __table_args__ = (_one_of("engine", ENGINES),)
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    name: Mapped[str] = mapped_column(String(200), unique=True)
+    engine: Mapped[str] = mapped_column(String(20))
+    engine_config: Mapped[dict[str, Any]] = mapped_column(JSON)
+    files: Mapped[list[dict[str, Any]]] = mapped_column(JSON)
+    digest: Mapped[str] = mapped_column(String(64))
+    root: Mapped[str] = mapped_column(Text)
+    created_by: Mapped[str] = mapped_column(String(200))
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime)

@@ -1,0 +1,67 @@
+"""Every read and write of rollout data, in one import: ``from rolloutd.store import queries``.
+
+Each function takes a :class:`~sqlalchemy.orm.Session` and, when it writes a time, an explicit
+``now``: the store never reads the clock. Functions flush but never commit; the caller owns the
+transaction, so a state change, its events and its actions commit together or not at all.
+The functions live in one module per table family; this module gathers them.
+"""
+
+from __future__ import annotations
+
+from rolloutd.store.actions import (
+    ActionOutcome,
+    bump_action_attempt,
+    enqueue_actions,
+    finish_action,
+    pending_actions,
+)
+from rolloutd.store.commands import (
+    COMMANDS_CHANNEL,
+    CommandKind,
+    CommandOutcome,
+    add_command,
+    finish_command,
+    pending_commands,
+)
+from rolloutd.store.errors import StaleWrite
+from rolloutd.store.evaluations import (
+    GateRole,
+    latest_evaluations,
+    recent_values,
+    record_evaluation,
+)
+from rolloutd.store.events import append_event, list_events
+from rolloutd.store.rollouts import (
+    create_rollout,
+    get_rollout,
+    list_rollouts,
+    save_progress,
+)
+from rolloutd.store.steps import list_steps, upsert_step
+
+__all__ = [
+    "COMMANDS_CHANNEL",
+    "ActionOutcome",
+    "CommandKind",
+    "CommandOutcome",
+    "GateRole",
+    "StaleWrite",
+    "add_command",
+    "append_event",
+    "bump_action_attempt",
+    "create_rollout",
+    "enqueue_actions",
+    "finish_action",
+    "finish_command",
+    "get_rollout",
+    "latest_evaluations",
+    "list_events",
+    "list_rollouts",
+    "list_steps",
+    "pending_actions",
+    "pending_commands",
+    "recent_values",
+    "record_evaluation",
+    "save_progress",
+    "upsert_step",
+]

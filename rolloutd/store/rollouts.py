@@ -1,0 +1,152 @@
+"""Rollout rows: create one (at most one active per service and environment), read, and save.
+
+Progress is written with optimistic concurrency: every write names the revision it read and
+bumps it, so a write based on a stale read fails with :class:`StaleWrite` instead of silently
+undoing someone else's. The daemon will AND its lease-epoch check into the same WHERE clause.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any, cast
+
+from sqlalchemy import ColumnElement, CursorResult, select, update
+from sqlalchemy.exc import IntegrityError
+from sqlalchemy.orm import Session
+from sqlalchemy.orm.attributes import set_committed_value
+
+from rolloutd.errors import NotFound, Refused
+from rolloutd.store.errors import StaleWrite
+from rolloutd.store.events import append_event
+from rolloutd.store.models import Rollout
+
+
+def create_rollout(
+    session: Session,
+    *,
+    name: str,
+    service: str,
+    environment: str,
+    plan_hash: str,
+    plan_source: str,
+    plan_path: str,
+    progress: dict[str, Any],
+    state: str,
+    actor: str,
+    now: datetime,
+) -> int:
+    """Insert an active rollout and its "created" event; return the new rollout's id.
+
+    :raises Refused: when another rollout of the same service and environment is active.
+    """
+    _refuse_if_active(session, service, environment)
+    rollout = Rollout(
+        name=name,
+        service=service,
+        environment=environment,
+        state=state,
+        active=True,
+        plan_hash=plan_hash,
+        plan_source=plan_source,
+        plan_path=plan_path,
+        progress=progress,
+        revision=0,
+        created_by=actor,
+        created_at=now,
+        updated_at=now,
+    )
+    try:
+        with session.begin_nested():
+            session.add(rollout)
+    except IntegrityError:
+        # Another transaction inserted an active rollout between our check and our insert, and
+        # the partial unique index stopped us; the savepoint keeps the caller's transaction alive.
+        _refuse_if_active(session, service, environment)
+        raise
+    append_event(
+        session,
+        rollout_id=rollout.id,
+        kind="created",
+        actor=actor,
+        detail=f"created {name} for {service}/{environment} from {plan_path}",
+        data={"plan_hash": plan_hash, "plan_path": plan_path, "state": state},
+        now=now,
+    )
+    return rollout.id
+
+
+def _refuse_if_active(session: Session, service: str, environment: str) -> None:
+    existing = session.scalars(
+        select(Rollout)
+        .where(Rollout.service == service, Rollout.environment == environment, Rollout.active)
+        .limit(1)
+    ).first()
+    if existing is not None:
+        raise Refused(
+            f"rollout {existing.id} of {service}/{environment} is still {existing.state};"
+            " abort it or wait for it to finish"
+        )
+
+
+def get_rollout(session: Session, rollout_id: int) -> Rollout:
+    """Return rollout ``rollout_id``.
+
+    :raises NotFound: when there is no such rollout.
+    """
+    rollout = session.get(Rollout, rollout_id)
+    if rollout is None:
+        raise NotFound(f"no rollout {rollout_id}")
+    return rollout
+
+
+def list_rollouts(session: Session, *, active_only: bool = False, limit: int = 50) -> list[Rollout]:
+    """Return up to ``limit`` rollouts, newest first."""
+    query = select(Rollout).order_by(Rollout.created_at.desc(), Rollout.id.desc()).limit(limit)
+    if active_only:
+        query = query.where(Rollout.active)
+    return list(session.scalars(query))
+
+
+def save_progress(
+    session: Session,
+    rollout: Rollout,
+    *,
+    progress: dict[str, Any],
+    state: str,
+    active: bool,
+    now: datetime,
+    fence: ColumnElement[bool] | None = None,
+) -> None:
+    """Write the state machine's progress if nobody wrote the rollout since it was read.
+
+    ``rollout`` is updated in place (``revision`` bumped) on success.
+
+    ``fence``: an extra condition ANDed into the UPDATE's WHERE clause. The daemon passes its
+    lease-epoch check here, so that an ex-leader that lost the lease cannot write.
+
+    :raises StaleWrite: when the revision moved on, or ``fence`` does not hold; nothing was
+        written.
+    """
+    expected = rollout.revision
+    statement = update(Rollout).where(Rollout.id == rollout.id, Rollout.revision == expected)
+    if fence is not None:
+        statement = statement.where(fence)
+    statement = statement.values(
+        progress=progress,
+        state=state,
+        active=active,
+        revision=Rollout.revision + 1,
+        updated_at=now,
+    ).execution_options(synchronize_session=False)
+    result = cast(CursorResult[Any], session.execute(statement))
+    if result.rowcount != 1:
+        raise StaleWrite(rollout.id, expected)
+    written = {
+        "progress": progress,
+        "state": state,
+        "active": active,
+        "revision": expected + 1,
+        "updated_at": now,
+    }
+    for key, value in written.items():
+        set_committed_value(rollout, key, value)

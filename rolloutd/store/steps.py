@@ -1,0 +1,71 @@
+"""Step progress: when each step was entered, verified on the router and completed.
+
+These are facts about the world, recorded once: a tick that sees a weight verified again must not
+move ``verified_at`` forward, so each timestamp keeps its first value.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+from sqlalchemy import func, select
+from sqlalchemy.orm import Session
+
+from rolloutd.store.models import StepProgress
+from rolloutd.store.upserts import insert_on_conflict
+
+
+def upsert_step(
+    session: Session,
+    *,
+    rollout_id: int,
+    step_index: int,
+    name: str,
+    kind: str,
+    weight: float,
+    entered_at: datetime | None = None,
+    verified_at: datetime | None = None,
+    completed_at: datetime | None = None,
+) -> StepProgress:
+    """Create or update a step's row; a timestamp already set is never overwritten."""
+    table = StepProgress.__table__
+    insert = insert_on_conflict(session, StepProgress).values(
+        rollout_id=rollout_id,
+        step_index=step_index,
+        name=name,
+        kind=kind,
+        weight=weight,
+        entered_at=entered_at,
+        verified_at=verified_at,
+        completed_at=completed_at,
+    )
+    session.execute(
+        insert.on_conflict_do_update(
+            index_elements=[table.c.rollout_id, table.c.step_index],
+            set_={
+                "name": insert.excluded.name,
+                "kind": insert.excluded.kind,
+                "weight": insert.excluded.weight,
+                **{
+                    column: func.coalesce(table.c[column], insert.excluded[column])
+                    for column in ("entered_at", "verified_at", "completed_at")
+                },
+            },
+        )
+    )
+    return session.scalars(
+        select(StepProgress)
+        .where(StepProgress.rollout_id == rollout_id, StepProgress.step_index == step_index)
+        .execution_options(populate_existing=True)
+    ).one()
+
+
+def list_steps(session: Session, rollout_id: int) -> list[StepProgress]:
+    """Return the rollout's step rows in step order."""
+    return list(
+        session.scalars(
+            select(StepProgress)
+            .where(StepProgress.rollout_id == rollout_id)
+            .order_by(StepProgress.step_index)
+        )
+    )

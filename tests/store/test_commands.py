@@ -1,0 +1,136 @@
+"""Tests of operator commands: queued in order, handled once, and announced on Postgres."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+from typing import TYPE_CHECKING
+
+import psycopg
+import pytest
+from sqlalchemy.orm import Session
+
+from rolloutd.errors import NotFound, Refused
+from rolloutd.store.models import Command
+from rolloutd.store.queries import (
+    COMMANDS_CHANNEL,
+    add_command,
+    create_rollout,
+    finish_command,
+    pending_commands,
+)
+
+if TYPE_CHECKING:
+    from conftest import StoreHandle
+
+T0 = datetime(2025, 3, 1, 9, 0, tzinfo=UTC)
+
+
+def _rollout(session: Session, service: str = "agent-70b") -> int:
+    return create_rollout(
+        session,
+        name="r",
+        service=service,
+        environment="prod",
+        plan_hash="c" * 64,
+        plan_source="",
+        plan_path="plan.yaml",
+        progress={},
+        state="canary",
+        actor="alice",
+        now=T0,
+    )
+
+
+def test_pending_commands_are_oldest_first_until_finished(session: Session) -> None:
+    """Commands wait as pending in arrival order; a finished one leaves the queue."""
+    rollout_id = _rollout(session)
+    pause = add_command(
+        session,
+        rollout_id=rollout_id,
+        kind="pause",
+        args={},
+        actor="bob",
+        reason="investigating p95",
+        now=T0 + timedelta(minutes=2),
+    )
+    promote = add_command(
+        session,
+        rollout_id=rollout_id,
+        kind="promote",
+        args={"full": True},
+        actor="alice",
+        reason=None,
+        now=T0 + timedelta(minutes=3),
+    )
+    session.commit()
+    assert [c.id for c in pending_commands(session, rollout_id)] == [pause, promote]
+
+    finish_command(
+        session, pause, status="applied", outcome="paused at step 1", now=T0 + timedelta(minutes=4)
+    )
+    session.commit()
+    [left] = pending_commands(session, rollout_id)
+    assert (left.id, left.kind, left.args, left.actor) == (
+        promote,
+        "promote",
+        {"full": True},
+        "alice",
+    )
+    handled = session.get_one(Command, pause)
+    assert (handled.status, handled.outcome, handled.handled_at) == (
+        "applied",
+        "paused at step 1",
+        T0 + timedelta(minutes=4),
+    )
+
+
+def test_a_command_is_handled_only_once(session: Session) -> None:
+    """Finishing a command twice is refused; the first outcome stands."""
+    rollout_id = _rollout(session)
+    command_id = add_command(
+        session, rollout_id=rollout_id, kind="abort", args={}, actor="bob", reason="OOM", now=T0
+    )
+    finish_command(session, command_id, status="rejected", outcome="already complete", now=T0)
+    with pytest.raises(Refused, match=f"command {command_id} was already rejected"):
+        finish_command(session, command_id, status="applied", outcome="", now=T0)
+
+
+def test_commands_for_unknown_rollouts_or_ids_are_not_found(session: Session) -> None:
+    """A command for a missing rollout, or finishing a missing command, raises NotFound."""
+    with pytest.raises(NotFound, match="no rollout 99"):
+        add_command(session, rollout_id=99, kind="pause", args={}, actor="bob", reason=None, now=T0)
+    with pytest.raises(NotFound, match="no command 98"):
+        finish_command(session, 98, status="applied", outcome="", now=T0)
+
+
+@pytest.mark.postgres
+def test_committed_command_wakes_listeners_on_postgres(pg_store: StoreHandle) -> None:
+    """add_command sends NOTIFY with the rollout id, delivered on commit and not on rollback."""
+    with pg_store.sessions() as session:
+        rolled_back, committed = _rollout(session), _rollout(session, service="embedder")
+        session.commit()
+    with psycopg.connect(pg_store.url, autocommit=True) as listener:
+        listener.execute(f"LISTEN {COMMANDS_CHANNEL}")
+        with pg_store.sessions() as session:
+            add_command(
+                session,
+                rollout_id=rolled_back,
+                kind="pause",
+                args={},
+                actor="bob",
+                reason=None,
+                now=T0,
+            )
+            session.rollback()
+            add_command(
+                session,
+                rollout_id=committed,
+                kind="abort",
+                args={},
+                actor="bob",
+                reason="OOM on canary-2",
+                now=T0,
+            )
+            session.commit()
+        received = list(listener.notifies(timeout=2.0, stop_after=1))
+    assert [(n.channel, n.payload) for n in received] == [(COMMANDS_CHANNEL, str(committed))]

@@ -1,0 +1,111 @@
+"""Tests of gate evaluations: the newest verdict per gate, and a gate's recent values."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from sqlalchemy.orm import Session
+
+from rolloutd.store.queries import (
+    create_rollout,
+    latest_evaluations,
+    recent_values,
+    record_evaluation,
+)
+
+T0 = datetime(2025, 3, 1, 9, 0, tzinfo=UTC)
+
+
+def _rollout(session: Session) -> int:
+    return create_rollout(
+        session,
+        name="r",
+        service="agent-70b",
+        environment="prod",
+        plan_hash="e" * 64,
+        plan_source="",
+        plan_path="plan.yaml",
+        progress={},
+        state="canary",
+        actor="alice",
+        now=T0,
+    )
+
+
+def _record(
+    session: Session,
+    rollout_id: int,
+    gate: str,
+    minute: int,
+    value: float | None,
+    *,
+    step_index: int = 1,
+    verdict: str = "pass",
+    **extra: Any,
+) -> int:
+    fields: dict[str, Any] = {
+        "rollout_id": rollout_id,
+        "step_index": step_index,
+        "gate": gate,
+        "role": "step",
+        "verdict": verdict,
+        "value": value,
+        "threshold": "< 0.01",
+        "query": "sum(rate(nv_inference_request_failure{reason='REJECTED'}[5m]))",
+        "samples": 400,
+        "statistic": None,
+        "reason": None,
+        "evidence": {"canary": value},
+        "evaluated_at": T0 + timedelta(minutes=minute),
+    }
+    fields.update(extra)
+    return record_evaluation(session, **fields)
+
+
+def test_latest_evaluations_holds_the_newest_verdict_of_each_gate(session: Session) -> None:
+    """For each gate name, the evaluation with the latest time wins, whatever the insert order."""
+    rollout_id = _rollout(session)
+    _record(session, rollout_id, "queue_timeouts", 2, 0.004)
+    newest_timeouts = _record(session, rollout_id, "queue_timeouts", 3, 0.006, verdict="fail")
+    _record(session, rollout_id, "queue_timeouts", 1, 0.001)
+    newest_schema = _record(
+        session,
+        rollout_id,
+        "schema_violations",
+        2,
+        None,
+        verdict="inconclusive",
+        reason="query returned no series",
+    )
+    session.commit()
+    latest = latest_evaluations(session, rollout_id)
+    assert {gate: e.id for gate, e in latest.items()} == {
+        "queue_timeouts": newest_timeouts,
+        "schema_violations": newest_schema,
+    }
+    assert latest["schema_violations"].reason == "query returned no series"
+    assert latest["queue_timeouts"].evidence == {"canary": 0.006}
+
+
+def test_latest_evaluations_for_a_step_ignore_other_steps(session: Session) -> None:
+    """With step_index, a verdict from another step never stands in for the current one."""
+    rollout_id = _rollout(session)
+    step_one = _record(session, rollout_id, "p95_latency", 1, 2.1, step_index=1)
+    _record(session, rollout_id, "p95_latency", 5, 2.4, step_index=2)
+    _record(session, rollout_id, "oom", 6, 0.0, step_index=2)
+    assert {g: e.id for g, e in latest_evaluations(session, rollout_id, step_index=1).items()} == {
+        "p95_latency": step_one
+    }
+    assert set(latest_evaluations(session, rollout_id, step_index=2)) == {"p95_latency", "oom"}
+    assert latest_evaluations(session, rollout_id, step_index=3) == {}
+
+
+def test_recent_values_are_newest_first_and_keep_missing_values(session: Session) -> None:
+    """recent_values returns the last `limit` values of one gate, newest first, None included."""
+    rollout_id = _rollout(session)
+    for minute, value in enumerate([0.01, 0.02, None, 0.04]):
+        _record(session, rollout_id, "escalations", minute, value)
+    _record(session, rollout_id, "other", 9, 9.0)
+    assert recent_values(session, rollout_id, "escalations", 3) == [0.04, None, 0.02]
+    assert recent_values(session, rollout_id, "missing", 3) == []
