@@ -26,6 +26,7 @@ xdist worker) with every table truncated before the test. A test that changes th
 from __future__ import annotations
 
 import os
+from typing import Any
 import shutil
 import uuid
 from collections.abc import Iterator
@@ -214,3 +215,35 @@ def session(store: StoreHandle) -> Iterator[Session]:
     """A session on ``store``; uncommitted work is rolled back at the end of the test."""
     with store.sessions() as session:
         yield session
+
+
+# Under CI a Postgres test that did not run is a failure: a missing service must never
+# turn into a green run. Skips are counted here and turn the session's exit status red.
+_skipped_postgres: list[str] = []
+
+
+def pytest_runtest_logreport(report: pytest.TestReport) -> None:
+    if report.skipped and "postgres" in report.keywords:
+        _skipped_postgres.append(report.nodeid)
+
+
+def _ci_problems() -> list[str]:
+    if not os.environ.get("CI"):
+        return []
+    problems = []
+    if _selected_backends() != BACKENDS:
+        problems.append("CI must run the suite on both databases: unset ROLLOUTD_TEST_DB")
+    if _skipped_postgres:
+        problems.append(f"{len(_skipped_postgres)} Postgres tests were skipped under CI, e.g.:")
+        problems += [f"  {nodeid}" for nodeid in _skipped_postgres[:5]]
+    return problems
+
+
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    if _ci_problems():
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED
+
+
+def pytest_terminal_summary(terminalreporter: Any) -> None:
+    for line in _ci_problems():
+        terminalreporter.write_line(line, red=True)

@@ -1,0 +1,285 @@
+"""rolloutctl: the operator's command line. Its output is a contract that other tools parse.
+
+It never talks to the daemon: every command reads or writes Postgres (or SQLite), and a
+command such as ``promote`` is a row the leader acts on. It must start fast, so it imports
+nothing that only the daemon needs (alembic, apscheduler, httpx, the Prometheus client).
+"""
+
+from __future__ import annotations
+
+import getpass
+import json
+import os
+import sys
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING, Any
+
+import click
+
+from rolloutd.actions import CommandKind
+from rolloutd.cli_errors import BAD_INPUT, run_cli
+from rolloutd.errors import BadInput
+
+if TYPE_CHECKING:
+    from sqlalchemy.orm import Session
+
+OUTPUT = click.option(
+    "--output",
+    "-o",
+    type=click.Choice(["table", "json"]),
+    default="table",
+    show_default=True,
+    help="Human-readable table, or JSON for scripts.",
+)
+
+
+def operator_name() -> str:
+    """Who is acting: the user behind sudo if any, else the OS user."""
+    return os.environ.get("SUDO_USER") or getpass.getuser()
+
+
+@contextmanager
+def database() -> Iterator[Session]:
+    """A session in one transaction on the configured database, whose schema must be at head."""
+    from rolloutd.settings import load_settings
+    from rolloutd.store.db import check_revision, make_engine, session_factory, transaction
+
+    settings = load_settings()
+    engine = make_engine(settings.database_url.get_secret_value())
+    try:
+        check_revision(engine)
+        with transaction(session_factory(engine)) as session:
+            yield session
+    finally:
+        engine.dispose()
+
+
+def emit(data: Any, output: str, human: Callable[[Any], None]) -> None:
+    """Print ``data`` as JSON, or through ``human`` as a table."""
+    if output == "json":
+        click.echo(json.dumps(data, indent=2, default=str))
+    else:
+        human(data)
+
+
+def _now() -> datetime:
+    return datetime.now(UTC)
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
+@click.version_option(package_name="rolloutd", prog_name="rolloutctl")
+def cli() -> None:
+    """Drive progressive rollouts of LLM inference engines.
+
+    \b
+    Exit codes: 0 ok, 1 runtime failure (database unreachable), 2 bad input,
+    3 refused in the current state. The database comes from ROLLOUTD_DATABASE_URL
+    (default sqlite:///rolloutd.db) or /etc/rolloutd/rolloutd.env.
+
+    \b
+    Examples:
+      rolloutctl plan validate config/plans/atlas-70b-maxseq8192.yaml
+      rolloutctl start config/plans/atlas-70b-maxseq8192.yaml
+      rolloutctl status 7 --output json
+      rolloutctl promote 7 --reason "25% looked clean for 48h"
+    """
+
+
+@cli.group()
+def plan() -> None:
+    """Work with rollout plans."""
+
+
+@plan.command("validate")
+@click.argument("files", nargs=-1, required=True, type=click.Path(dir_okay=True))
+def plan_validate(files: tuple[str, ...]) -> None:
+    """Check plan FILES: prints 'FILE: ok' or one line per problem (exit 2).
+
+    \b
+    Example:
+      rolloutctl plan validate config/plans/*.yaml
+    """
+    from rolloutd.planfile import load_plan
+
+    failed = False
+    for path in files:
+        try:
+            load_plan(path)
+        except BadInput as exc:
+            failed = True
+            for problem in exc.problems:
+                click.echo(str(problem))
+        else:
+            click.echo(f"{path}: ok")
+    if failed:
+        sys.exit(BAD_INPUT)
+
+
+@cli.command()
+@click.argument("file", type=click.Path(dir_okay=True))
+@OUTPUT
+def start(file: str, output: str) -> None:
+    """Start a rollout of the plan in FILE and print its id.
+
+    Refused (exit 3) while another rollout of the same service and environment is active.
+
+    \b
+    Example:
+      rolloutctl start config/plans/atlas-70b-maxseq8192.yaml
+    """
+    from rolloutd.operations import start_rollout
+    from rolloutd.planfile import load_plan
+
+    loaded = load_plan(file)
+    with database() as session:
+        rollout_id = start_rollout(session, loaded, actor=operator_name(), now=_now())
+    emit(
+        {"id": rollout_id, "plan_hash": loaded.content_hash}, output, lambda d: click.echo(d["id"])
+    )
+
+
+@cli.command()
+@click.argument("rollout_id", metavar="[ID]", type=int, required=False)
+@OUTPUT
+def status(rollout_id: int | None, output: str) -> None:
+    """Show a rollout's state, step, weight and gates; without ID, every active rollout.
+
+    \b
+    Examples:
+      rolloutctl status
+      rolloutctl status 7 --output json | jq .state
+    """
+    from rolloutd import render
+    from rolloutd.operations import status_view
+    from rolloutd.store import queries
+
+    with database() as session:
+        if rollout_id is not None:
+            data: Any = status_view(session, queries.get_rollout(session, rollout_id))
+            emit(data, output, render.status)
+            return
+        data = [status_view(session, r) for r in queries.list_rollouts(session, active_only=True)]
+    emit(data, output, render.statuses)
+
+
+@cli.command("list")
+@click.option("--limit", type=click.IntRange(1, 10000), default=50, show_default=True)
+@OUTPUT
+def list_(limit: int, output: str) -> None:
+    """List rollouts, newest first.
+
+    \b
+    Example:
+      rolloutctl list --output json
+    """
+    from rolloutd import render
+    from rolloutd.operations import list_view
+    from rolloutd.store import queries
+
+    with database() as session:
+        data = [list_view(r) for r in queries.list_rollouts(session, limit=limit)]
+    emit(data, output, render.rollouts)
+
+
+@cli.command()
+@click.argument("rollout_id", metavar="ID", type=int)
+@OUTPUT
+def history(rollout_id: int, output: str) -> None:
+    """Show the audit log of a rollout: when, what, who, and why.
+
+    \b
+    Example:
+      rolloutctl history 7
+    """
+    from rolloutd import render
+    from rolloutd.operations import history_view
+
+    with database() as session:
+        data = history_view(session, rollout_id)
+    emit(data, output, render.history)
+
+
+def _command(
+    kind: CommandKind, rollout_id: int, reason: str | None, output: str, full: bool = False
+) -> None:
+    from rolloutd.operations import submit_command
+
+    with database() as session:
+        command_id = submit_command(
+            session, rollout_id, kind, actor=operator_name(), reason=reason, full=full, now=_now()
+        )
+    emit(
+        {"rollout": rollout_id, "command": command_id, "kind": kind, "full": full},
+        output,
+        lambda _: click.echo(f"{kind} of rollout {rollout_id} queued (command {command_id})"),
+    )
+
+
+REASON = click.option("--reason", "-r", help="Why; kept in the audit log.")
+
+
+@cli.command()
+@click.argument("rollout_id", metavar="ID", type=int)
+@click.option("--full", is_flag=True, help="Skip every step before 'full' (100%).")
+@REASON
+@OUTPUT
+def promote(rollout_id: int, full: bool, reason: str | None, output: str) -> None:
+    """End the current pause or bake of rollout ID (its gates must still pass).
+
+    \b
+    Examples:
+      rolloutctl promote 7 --reason "25% clean for 48h"
+      rolloutctl promote 7 --full --reason "hotfix, gates green"
+    """
+    _command("promote", rollout_id, reason, output, full=full)
+
+
+@cli.command()
+@click.argument("rollout_id", metavar="ID", type=int)
+@click.option("--reason", "-r", required=True, help="Why; required, kept in the audit log.")
+@OUTPUT
+def abort(rollout_id: int, reason: str, output: str) -> None:
+    """Roll rollout ID back: canary weight 0, stable artefacts on the canary replicas.
+
+    \b
+    Example:
+      rolloutctl abort 7 --reason "tool args look wrong in support tickets"
+    """
+    if not reason.strip():
+        raise BadInput.one("--reason", "", "must not be empty")
+    _command("abort", rollout_id, reason, output)
+
+
+@cli.command()
+@click.argument("rollout_id", metavar="ID", type=int)
+@REASON
+@OUTPUT
+def pause(rollout_id: int, reason: str | None, output: str) -> None:
+    """Hold rollout ID at its current weight; its bake clock stops.
+
+    \b
+    Example:
+      rolloutctl pause 7 --reason "GPU maintenance on gpu-d"
+    """
+    _command("pause", rollout_id, reason, output)
+
+
+@cli.command()
+@click.argument("rollout_id", metavar="ID", type=int)
+@REASON
+@OUTPUT
+def resume(rollout_id: int, reason: str | None, output: str) -> None:
+    """Continue a paused rollout ID; its bake clock runs again.
+
+    \b
+    Example:
+      rolloutctl resume 7
+    """
+    _command("resume", rollout_id, reason, output)
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Entry point of the ``rolloutctl`` console script."""
+    sys.exit(run_cli(cli, "rolloutctl", argv))

@@ -1,0 +1,187 @@
+"""What an operator can do to rollouts, as functions over a database session.
+
+``rolloutctl`` is a thin layer over these; tests and the demo call them directly. They
+never act on the world themselves: starting a rollout writes a pending row, a promote
+writes a command row, and the daemon's next tick (or a NOTIFY) does the rest.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from functools import lru_cache
+from typing import Any
+
+from sqlalchemy.orm import Session
+
+from rolloutd.actions import CommandKind
+from rolloutd.errors import Refused
+from rolloutd.machine import refusal, state_of
+from rolloutd.plan import Plan
+from rolloutd.planfile import LoadedPlan, parse_plan
+from rolloutd.progress import Progress, State
+from rolloutd.store import queries
+from rolloutd.store.models import Rollout
+
+ACTIVE_STATES = frozenset(State) - {State.COMPLETED, State.ROLLED_BACK, State.ABORTED, State.FAILED}
+
+
+def start_rollout(session: Session, loaded: LoadedPlan, *, actor: str, now: datetime) -> int:
+    """Create a pending rollout of ``loaded``; the daemon starts it on its next tick.
+
+    :raises Refused: while another rollout of the same service and environment is active.
+    """
+    plan = loaded.plan
+    return queries.create_rollout(
+        session,
+        name=plan.name,
+        service=plan.service,
+        environment=plan.environment,
+        plan_hash=loaded.content_hash,
+        plan_source=loaded.text,
+        plan_path=loaded.source,
+        progress=Progress().for_storage(),
+        state=State.PENDING.value,
+        actor=actor,
+        now=now,
+    )
+
+
+def submit_command(
+    session: Session,
+    rollout_id: int,
+    kind: CommandKind,
+    *,
+    actor: str,
+    reason: str | None,
+    full: bool = False,
+    now: datetime,
+) -> int:
+    """Queue an operator command for the daemon, refusing one that makes no sense now.
+
+    :raises NotFound: when there is no such rollout.
+    :raises Refused: with the reason, when the command does not apply in the current state.
+    """
+    rollout = queries.get_rollout(session, rollout_id)
+    plan = plan_of(rollout)
+    why = refusal(plan, Progress.from_storage(rollout.progress), kind, full=full)
+    if why is not None:
+        raise Refused(f"cannot {kind} rollout {rollout_id}: {why}")
+    args: dict[str, Any] = {"full": True} if full else {}
+    command_id = queries.add_command(
+        session,
+        rollout_id=rollout_id,
+        kind=kind,
+        args=args,
+        actor=actor,
+        reason=reason,
+        now=now,
+    )
+    detail = f"{kind}{' --full' if full else ''} requested" + (f": {reason}" if reason else "")
+    queries.append_event(
+        session, rollout_id=rollout_id, kind="command", actor=actor, detail=detail, now=now
+    )
+    return command_id
+
+
+def plan_of(rollout: Rollout) -> Plan:
+    """The plan a rollout was started with (parsed from the text stored with it)."""
+    return _parse_stored(rollout.plan_source, rollout.id).plan
+
+
+@lru_cache(maxsize=64)
+def _parse_stored(text: str, rollout_id: int) -> LoadedPlan:
+    return parse_plan(text, f"the plan stored with rollout {rollout_id}")
+
+
+def current_weight(plan: Plan, progress: Progress) -> int:
+    """The canary weight the rollout intends now, in percent."""
+    state = state_of(plan, progress)
+    if state is State.COMPLETED:
+        return 100
+    if state in (State.PENDING, State.ROLLING_BACK, State.ROLLED_BACK, State.ABORTED, State.FAILED):
+        return 0
+    return plan.step_weight(progress.step_index)
+
+
+def status_view(session: Session, rollout: Rollout) -> dict[str, Any]:
+    """The status of one rollout as ``rolloutctl status --output json`` prints it."""
+    plan = plan_of(rollout)
+    progress = Progress.from_storage(rollout.progress)
+    state = state_of(plan, progress)
+    index = min(progress.step_index, len(plan.steps) - 1)
+    step = plan.steps[index]
+    return {
+        "id": rollout.id,
+        "name": rollout.name,
+        "service": rollout.service,
+        "environment": rollout.environment,
+        "state": state.value,
+        "step": index,
+        "step_name": step.title(),
+        "step_kind": step.kind,
+        "steps": len(plan.steps),
+        "weight": current_weight(plan, progress),
+        "baked_seconds": round(progress.baked(rollout.updated_at).total_seconds(), 3),
+        "bake_seconds": step.hold_for().total_seconds(),
+        "paused": progress.paused,
+        "rollback_cause": progress.rollback.cause if progress.rollback else None,
+        "gates": _gate_views(session, rollout, plan, index),
+        "plan_hash": rollout.plan_hash,
+        "created_by": rollout.created_by,
+        "created_at": _iso(rollout.created_at),
+        "updated_at": _iso(rollout.updated_at),
+    }
+
+
+def _gate_views(session: Session, rollout: Rollout, plan: Plan, index: int) -> list[dict[str, Any]]:
+    step_latest = queries.latest_evaluations(session, rollout.id, step_index=index)
+    any_latest = queries.latest_evaluations(session, rollout.id)
+    views = []
+    roles = [(g, "step") for g in plan.gates_of(index)]
+    roles += [(g, "trigger") for g in plan.rollback.triggers if g not in plan.gates_of(index)]
+    for gate, role in roles:
+        evaluation = (step_latest if role == "step" else any_latest).get(gate)
+        views.append(
+            {
+                "name": gate,
+                "role": role,
+                "verdict": evaluation.verdict if evaluation else "pending",
+                "value": evaluation.value if evaluation else None,
+                "threshold": evaluation.threshold if evaluation else None,
+                "reason": evaluation.reason if evaluation else None,
+                "evaluated_at": _iso(evaluation.evaluated_at) if evaluation else None,
+            }
+        )
+    return views
+
+
+def list_view(rollout: Rollout) -> dict[str, Any]:
+    """One row of ``rolloutctl list``."""
+    plan = plan_of(rollout)
+    progress = Progress.from_storage(rollout.progress)
+    index = min(progress.step_index, len(plan.steps) - 1)
+    return {
+        "id": rollout.id,
+        "name": rollout.name,
+        "service": rollout.service,
+        "environment": rollout.environment,
+        "state": state_of(plan, progress).value,
+        "step": index,
+        "step_name": plan.steps[index].title(),
+        "weight": current_weight(plan, progress),
+        "created_by": rollout.created_by,
+        "updated_at": _iso(rollout.updated_at),
+    }
+
+
+def history_view(session: Session, rollout_id: int) -> list[dict[str, Any]]:
+    """The audit log of one rollout, oldest first."""
+    queries.get_rollout(session, rollout_id)
+    return [
+        {"at": _iso(e.at), "kind": e.kind, "actor": e.actor, "detail": e.detail}
+        for e in queries.list_events(session, rollout_id)
+    ]
+
+
+def _iso(value: datetime | None) -> str | None:
+    return None if value is None else value.isoformat()
