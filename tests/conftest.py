@@ -26,12 +26,12 @@ xdist worker) with every table truncated before the test. A test that changes th
 from __future__ import annotations
 
 import os
-from typing import Any
 import shutil
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import psycopg
 import pytest
