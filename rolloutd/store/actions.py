@@ -102,6 +102,24 @@ def bump_action_attempt(session: Session, action_id: int, *, error: str) -> None
         raise NotFound(f"no action {action_id}")
 
 
+def done_action_keys(session: Session, rollout_id: int) -> frozenset[str]:
+    """The keys of a rollout's actions that were performed."""
+    keys = session.scalars(
+        select(Action.key).where(Action.rollout_id == rollout_id, Action.status == "done")
+    )
+    return frozenset(keys)
+
+
+def last_done(session: Session, rollout_id: int, kind: str) -> Action | None:
+    """The most recently performed action of ``kind``: for weights, what the router should read."""
+    return session.scalar(
+        select(Action)
+        .where(Action.rollout_id == rollout_id, Action.kind == kind, Action.status == "done")
+        .order_by(Action.done_at.desc(), Action.id.desc())
+        .limit(1)
+    )
+
+
 def _get_action(session: Session, action_id: int) -> Action:
     action = session.get(Action, action_id)
     if action is None:

@@ -225,3 +225,21 @@ class ArtefactSet(Base):
     root: Mapped[str] = mapped_column(Text)
     created_by: Mapped[str] = mapped_column(String(200))
     created_at: Mapped[datetime] = mapped_column(UTCDateTime)
+
+
+class Lease(Base):
+    """Leadership: one row per lease name, its holder, expiry and fencing epoch.
+
+    The epoch grows by one on every change of holder; every state write of the leader
+    carries ``epoch = mine AND expires_at > now`` in its WHERE clause (see
+    :func:`rolloutd.store.lease.fence`), so a leader that was paused past its lease cannot
+    write once another process took over.
+    """
+
+    __tablename__ = "leases"
+
+    name: Mapped[str] = mapped_column(String(100), primary_key=True)
+    holder: Mapped[str] = mapped_column(String(200))
+    epoch: Mapped[int] = mapped_column(Integer)
+    expires_at: Mapped[datetime] = mapped_column(UTCDateTime)
+    renewed_at: Mapped[datetime] = mapped_column(UTCDateTime)

@@ -11,8 +11,10 @@ from __future__ import annotations
 from rolloutd.store.actions import (
     ActionOutcome,
     bump_action_attempt,
+    done_action_keys,
     enqueue_actions,
     finish_action,
+    last_done,
     pending_actions,
 )
 from rolloutd.store.commands import (
@@ -50,10 +52,12 @@ __all__ = [
     "append_event",
     "bump_action_attempt",
     "create_rollout",
+    "done_action_keys",
     "enqueue_actions",
     "finish_action",
     "finish_command",
     "get_rollout",
+    "last_done",
     "latest_evaluations",
     "list_events",
     "list_rollouts",

@@ -1,0 +1,130 @@
+"""The leader lease: acquire, renew, release, and the fence every leader write carries.
+
+A lease row holds the holder's name, an expiry and an epoch (fencing token). Taking over
+an expired lease bumps the epoch. Times are the writer's clock: hosts are NTP-synced to
+milliseconds, far inside a 15 s lease, and using the caller's ``now`` keeps the store
+free of clock reads so tests can drive time.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from typing import Any, cast
+
+from sqlalchemy import ColumnElement, CursorResult, and_, exists, or_, select, update
+from sqlalchemy.orm import Session
+
+from rolloutd.store.models import Lease
+from rolloutd.store.upserts import insert_on_conflict
+
+LEADER = "leader"
+_NEVER = datetime(1970, 1, 1, tzinfo=UTC)
+
+
+@dataclass(frozen=True)
+class Held:
+    """A lease this process holds: who, which epoch, until when."""
+
+    name: str
+    holder: str
+    epoch: int
+    expires_at: datetime
+
+    def valid_at(self, now: datetime, *, margin: timedelta = timedelta(0)) -> bool:
+        """Whether the lease is still ours at ``now`` with ``margin`` to spare."""
+        return now + margin < self.expires_at
+
+
+def acquire(
+    session: Session, *, holder: str, ttl: timedelta, now: datetime, name: str = LEADER
+) -> Held | None:
+    """Take the lease if it is free, expired, or already ours; None when another holder has it.
+
+    Taking it always bumps the epoch, even from ourselves (after a database error made us
+    drop it), so writes still in flight under the old epoch are fenced off.
+    """
+    session.execute(
+        insert_on_conflict(session, Lease)
+        .values(name=name, holder="", epoch=0, expires_at=_NEVER, renewed_at=_NEVER)
+        .on_conflict_do_nothing()
+    )
+    taken = _rowcount(
+        session.execute(
+            update(Lease)
+            .where(Lease.name == name, or_(Lease.expires_at <= now, Lease.holder == holder))
+            .values(holder=holder, epoch=Lease.epoch + 1, expires_at=now + ttl, renewed_at=now)
+        )
+    )
+    if taken != 1:
+        return None
+    epoch = session.scalar(select(Lease.epoch).where(Lease.name == name))
+    assert epoch is not None
+    return Held(name, holder, epoch, now + ttl)
+
+
+def renew(session: Session, held: Held, *, ttl: timedelta, now: datetime) -> Held | None:
+    """Extend a lease we hold; None when it was lost (expired, or taken over)."""
+    renewed = _rowcount(
+        session.execute(
+            update(Lease)
+            .where(
+                Lease.name == held.name,
+                Lease.holder == held.holder,
+                Lease.epoch == held.epoch,
+                Lease.expires_at > now,
+            )
+            .values(expires_at=now + ttl, renewed_at=now)
+        )
+    )
+    return Held(held.name, held.holder, held.epoch, now + ttl) if renewed == 1 else None
+
+
+def release(session: Session, held: Held, *, now: datetime) -> None:
+    """Give the lease up at once, so a standby need not wait for it to expire."""
+    session.execute(
+        update(Lease)
+        .where(Lease.name == held.name, Lease.holder == held.holder, Lease.epoch == held.epoch)
+        .values(expires_at=now)
+    )
+
+
+def holder_of(session: Session, *, now: datetime, name: str = LEADER) -> Lease | None:
+    """The current, unexpired lease row, or None when nobody leads."""
+    return session.scalar(select(Lease).where(Lease.name == name, Lease.expires_at > now))
+
+
+def fence(held: Held, *, now: datetime) -> ColumnElement[bool]:
+    """A condition that is true only while ``held`` is still the live lease."""
+    return exists().where(
+        and_(
+            Lease.name == held.name,
+            Lease.holder == held.holder,
+            Lease.epoch == held.epoch,
+            Lease.expires_at > now,
+        )
+    )
+
+
+def _rowcount(result: Any) -> int:
+    return int(cast(CursorResult[Any], result).rowcount)
+
+
+def hold_for_write(session: Session, held: Held, *, now: datetime) -> bool:
+    """Lock our lease row against takeover until this transaction ends; False if it is lost.
+
+    Every leader write transaction starts here. On Postgres the row is locked FOR SHARE, so
+    a standby's takeover UPDATE waits until our transaction commits, and our writes land
+    while we are provably the leader. SQLite has one instance and no row locks.
+    """
+    query = (
+        select(Lease.epoch)
+        .where(
+            Lease.name == held.name,
+            Lease.holder == held.holder,
+            Lease.epoch == held.epoch,
+            Lease.expires_at > now,
+        )
+        .with_for_update(read=True)
+    )
+    return session.scalar(query) is not None
