@@ -1,0 +1,87 @@
+"""The contracts of gate evaluation: metrics sources in, evaluations with evidence out.
+
+A metrics source answers "what is signal S on pool P over the last W?" with a value and
+the number of samples behind it. A failed or empty answer is a *measurement error*: the
+gate is inconclusive with the reason, never passed (Argo Rollouts' rule, kept here).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from typing import Any, Literal, Protocol
+
+from rolloutd.actions import GateResult, Verdict
+
+Pool = Literal["canary", "stable"]
+Role = Literal["step", "trigger"]
+
+
+class MeasurementError(Exception):
+    """A metrics query failed, timed out, or returned nothing usable; the reason says which."""
+
+    def __init__(self, reason: str, *, query: str | None = None) -> None:
+        super().__init__(reason)
+        self.reason = reason
+        self.query = query
+
+
+@dataclass(frozen=True)
+class Measurement:
+    """One signal on one pool: its value, how many samples it rests on, and how it was asked."""
+
+    value: float
+    samples: int | None = None
+    query: str | None = None
+    raw: dict[str, Any] = field(default_factory=dict)
+
+
+class MetricsSource(Protocol):
+    """Where signal values come from: Prometheus, the simulated fleet, or a test twin."""
+
+    def measure(self, signal: str, pool: Pool, window: timedelta, now: datetime) -> Measurement:
+        """The value of ``signal`` on ``pool`` over ``window`` ending at ``now``.
+
+        :raises MeasurementError: the query failed or returned no finite value.
+        """
+
+
+@dataclass(frozen=True)
+class Evaluation:
+    """One judgement of one gate, with everything needed to check it later."""
+
+    gate: str
+    role: Role
+    verdict: Verdict
+    evaluated_at: datetime
+    value: float | None = None
+    threshold: str | None = None
+    query: str | None = None
+    samples: int | None = None
+    statistic: float | None = None
+    reason: str = ""
+    evidence: dict[str, Any] = field(default_factory=dict)
+
+    def result(self) -> GateResult:
+        """The part of the evaluation the state machine needs."""
+        return GateResult(
+            verdict=self.verdict,
+            evaluated_at=self.evaluated_at,
+            reason=self.reason,
+            value=self.value,
+            threshold=self.threshold,
+        )
+
+
+def finite(measurement: Measurement, signal: str, pool: Pool) -> float:
+    """The measurement's value, if it is a real number.
+
+    :raises MeasurementError: for NaN and infinities, which must never pass a gate.
+    """
+    value = measurement.value
+    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
+        raise MeasurementError(
+            f"{signal} on {pool} is {value!r}, not a finite number", query=measurement.query
+        )
+    return float(value)

@@ -1,0 +1,110 @@
+"""Judging one gate: from its spec and a metrics source to an :class:`Evaluation`.
+
+Rules shared by every kind: a measurement error is *inconclusive* with its reason; a
+value resting on fewer samples than the gate's minimum is *pending* (it may neither
+pass nor fail on so little); only a measured, sufficient, in-bounds value passes.
+Kinds whose statistics live elsewhere are added to ``_JUDGES`` by their own modules.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import replace
+from datetime import datetime
+
+from rolloutd.actions import Verdict
+from rolloutd.analysis.base import Evaluation, MeasurementError, MetricsSource, Role, finite
+from rolloutd.plan import EventsGate, GateSpec, ThresholdGate
+
+Judge = Callable[[str, GateSpec, Role, MetricsSource, datetime], Evaluation]
+
+
+def evaluate_gate(
+    name: str, spec: GateSpec, role: Role, source: MetricsSource, now: datetime
+) -> Evaluation:
+    """Judge gate ``name`` now; never raises for a metrics problem (that is inconclusive)."""
+    judge = _JUDGES.get(spec.kind)
+    if judge is None:
+        return Evaluation(
+            name,
+            role,
+            Verdict.INCONCLUSIVE,
+            now,
+            reason=f"gate kind {spec.kind!r} cannot be evaluated by this rolloutd",
+        )
+    try:
+        return judge(name, spec, role, source, now)
+    except MeasurementError as exc:
+        return Evaluation(name, role, Verdict.INCONCLUSIVE, now, query=exc.query, reason=exc.reason)
+
+
+def _threshold(
+    name: str, spec: GateSpec, role: Role, source: MetricsSource, now: datetime
+) -> Evaluation:
+    assert isinstance(spec, ThresholdGate)
+    measured = source.measure(spec.signal, spec.pool, spec.window, now)
+    value = finite(measured, spec.signal, spec.pool)
+    bounds = []
+    if spec.max is not None:
+        bounds.append(f"<= {spec.max:g}")
+    if spec.min is not None:
+        bounds.append(f">= {spec.min:g}")
+    threshold = " and ".join(bounds)
+    passed = Evaluation(
+        name,
+        role,
+        Verdict.PASS,
+        now,
+        value=value,
+        threshold=threshold,
+        query=measured.query,
+        samples=measured.samples,
+        evidence={"signal": spec.signal, "pool": spec.pool, "raw": measured.raw},
+    )
+    if spec.min_samples and (measured.samples or 0) < spec.min_samples:
+        # Too little traffic to judge either way: neither pass nor fail on it.
+        reason = f"{measured.samples or 0} samples of the {spec.min_samples} needed"
+        return replace(passed, verdict=Verdict.PENDING, reason=reason)
+    outside = (spec.max is not None and value > spec.max) or (
+        spec.min is not None and value < spec.min
+    )
+    if outside:
+        reason = f"{spec.signal} {value:.4g} is outside {threshold}"
+        return replace(passed, verdict=Verdict.FAIL, reason=reason)
+    return passed
+
+
+def _events(
+    name: str, spec: GateSpec, role: Role, source: MetricsSource, now: datetime
+) -> Evaluation:
+    assert isinstance(spec, EventsGate)
+    measured = source.measure(spec.signal, "canary", spec.window, now)
+    count = finite(measured, spec.signal, "canary")
+    threshold = f"<= {spec.max_events} events"
+    evidence = {"signal": spec.signal, "pool": "canary", "raw": measured.raw}
+    if count > spec.max_events:
+        # An OOM or crash on a canary replica is never noise: roll back at once.
+        return Evaluation(
+            name,
+            role,
+            Verdict.BREACH,
+            now,
+            value=count,
+            threshold=threshold,
+            query=measured.query,
+            reason=f"{count:g} {spec.signal} on the canary in the last {spec.window}",
+            evidence=evidence,
+        )
+    return Evaluation(
+        name,
+        role,
+        Verdict.PASS,
+        now,
+        value=count,
+        threshold=threshold,
+        query=measured.query,
+        evidence=evidence,
+    )
+
+
+_JUDGES: dict[str, Judge] = {"threshold": _threshold, "events": _events}

@@ -1,0 +1,70 @@
+"""Metrics sources without a server: an in-memory twin and a JSON file read on every query.
+
+The file source lets a test (or a staging drill) drive the daemon in another process by
+rewriting one file: ``{"signal": {"canary": {"value": 0.01, "samples": 900}, ...}}``.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+from datetime import datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+from rolloutd.analysis.base import Measurement, MeasurementError, Pool
+
+
+class MemoryMetrics:
+    """Signal values set by the caller; a missing signal is a measurement error."""
+
+    def __init__(self) -> None:
+        self._values: dict[tuple[str, Pool], Measurement | MeasurementError] = {}
+        self._lock = threading.Lock()
+
+    def set(self, signal: str, pool: Pool, value: float, samples: int | None = None) -> None:
+        """Make ``signal`` on ``pool`` read ``value`` from now on."""
+        with self._lock:
+            self._values[(signal, pool)] = Measurement(value, samples, query=f"memory:{signal}")
+
+    def fail(self, signal: str, pool: Pool, reason: str) -> None:
+        """Make queries of ``signal`` on ``pool`` fail with ``reason``."""
+        with self._lock:
+            self._values[(signal, pool)] = MeasurementError(reason, query=f"memory:{signal}")
+
+    def measure(self, signal: str, pool: Pool, window: timedelta, now: datetime) -> Measurement:
+        with self._lock:
+            found = self._values.get((signal, pool))
+        if found is None:
+            raise MeasurementError(f"no data for {signal} on {pool}", query=f"memory:{signal}")
+        if isinstance(found, MeasurementError):
+            raise found
+        return found
+
+
+class FileMetrics:
+    """Signal values read from a JSON file on every query."""
+
+    def __init__(self, path: str | Path) -> None:
+        self.path = Path(path)
+
+    def measure(self, signal: str, pool: Pool, window: timedelta, now: datetime) -> Measurement:
+        query = f"file:{self.path}#{signal}.{pool}"
+        try:
+            document: Any = json.loads(self.path.read_text())
+        except FileNotFoundError:
+            raise MeasurementError(
+                f"metrics file {self.path} does not exist", query=query
+            ) from None
+        except (OSError, ValueError) as exc:
+            raise MeasurementError(f"metrics file {self.path}: {exc}", query=query) from None
+        entry = document.get(signal, {}).get(pool) if isinstance(document, dict) else None
+        if not isinstance(entry, dict) or "value" not in entry:
+            raise MeasurementError(f"no data for {signal} on {pool}", query=query)
+        value, samples = entry["value"], entry.get("samples")
+        if value is None:
+            raise MeasurementError(f"{signal} on {pool} has no value", query=query)
+        if isinstance(value, str):
+            # JSON has no NaN literal; allow the strings Prometheus uses for them.
+            value = float(value) if value in ("NaN", "+Inf", "-Inf") else value
+        return Measurement(value, samples if isinstance(samples, int) else None, query=query)

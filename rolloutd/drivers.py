@@ -1,0 +1,72 @@
+"""Building the router and metrics source a plan names, once per rollout.
+
+The daemon asks a :class:`Drivers` for them, so tests and the demo can hand in twins
+(an in-memory router, a metrics twin) while production builds the real drivers.
+"""
+
+from __future__ import annotations
+
+import threading
+from typing import Protocol
+
+from rolloutd.analysis.base import MetricsSource
+from rolloutd.analysis.sources import FileMetrics, MemoryMetrics
+from rolloutd.errors import PermanentError
+from rolloutd.plan import FileRouter as FileRouterSpec
+from rolloutd.plan import MemoryRouter as MemoryRouterSpec
+from rolloutd.plan import Plan
+from rolloutd.routers.base import MemoryRouter, Router
+from rolloutd.routers.filedriver import FileRouter
+
+
+class Drivers(Protocol):
+    """Where a rollout's router and metrics source come from."""
+
+    def router(self, rollout_id: int, plan: Plan) -> Router:
+        """The router for ``plan``.
+
+        :raises PermanentError: when the plan's driver cannot be built here.
+        """
+
+    def metrics(self, rollout_id: int, plan: Plan) -> MetricsSource:
+        """The metrics source for ``plan``.
+
+        :raises PermanentError: when the plan's source cannot be built here.
+        """
+
+
+class PlanDrivers:
+    """Builds the drivers a plan names; memory twins live as long as this object."""
+
+    def __init__(self) -> None:
+        self._routers: dict[int, Router] = {}
+        self._metrics: dict[int, MetricsSource] = {}
+        self._lock = threading.Lock()
+
+    def router(self, rollout_id: int, plan: Plan) -> Router:
+        with self._lock:
+            if rollout_id not in self._routers:
+                self._routers[rollout_id] = self._build_router(plan)
+            return self._routers[rollout_id]
+
+    def metrics(self, rollout_id: int, plan: Plan) -> MetricsSource:
+        with self._lock:
+            if rollout_id not in self._metrics:
+                self._metrics[rollout_id] = self._build_metrics(plan)
+            return self._metrics[rollout_id]
+
+    def _build_router(self, plan: Plan) -> Router:
+        spec = plan.router
+        if isinstance(spec, MemoryRouterSpec):
+            return MemoryRouter()
+        if isinstance(spec, FileRouterSpec):
+            return FileRouter(spec.path, session_header=spec.session_header)
+        raise PermanentError(f"router driver {spec.driver!r} is not available in this rolloutd")
+
+    def _build_metrics(self, plan: Plan) -> MetricsSource:
+        spec = plan.metrics
+        if spec.source == "memory":
+            return MemoryMetrics()
+        if spec.source == "file" and spec.path:
+            return FileMetrics(spec.path)
+        raise PermanentError(f"metrics source {spec.source!r} is not available in this rolloutd")

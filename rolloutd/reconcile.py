@@ -1,0 +1,496 @@
+"""One tick of one rollout: the imperative shell around the pure state machine.
+
+Load the rollout → replay the intent log → read the router back (and repair drift) →
+evaluate due gates → decide → write progress, evaluations, events and new actions as
+*pending* in one fenced transaction → perform the actions → mark them *done*.
+
+A crash anywhere loses nothing: what was decided is in the database before any of it is
+done, every action is keyed and idempotent (absolute weights), and the next tick (of this
+process or another leader) performs whatever is still pending.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Any
+
+import structlog
+from sqlalchemy.orm import Session, sessionmaker
+
+from rolloutd.actions import Command, GateResult, Observed, Verdict
+from rolloutd.analysis.base import Evaluation, MetricsSource, Role
+from rolloutd.analysis.gates import evaluate_gate
+from rolloutd.drivers import Drivers
+from rolloutd.errors import PermanentError, RolloutdError, TemporaryError
+from rolloutd.machine import Decision, decide
+from rolloutd.operations import plan_of
+from rolloutd.plan import Plan
+from rolloutd.progress import Progress, State
+from rolloutd.routers.base import Router, RouterState
+from rolloutd.store import queries
+from rolloutd.store.db import transaction
+from rolloutd.store.errors import StaleWrite
+from rolloutd.store.lease import Held, fence, hold_for_write
+from rolloutd.store.models import Action, Rollout
+
+log = structlog.get_logger("rolloutd.reconcile")
+
+# An action is alerted as stuck after this many failed attempts (it keeps being retried).
+STUCK_AFTER_ATTEMPTS = 3
+# Writes and side effects need the lease to outlive them by this much.
+LEASE_MARGIN = timedelta(seconds=2)
+
+
+class NotLeading(TemporaryError):
+    """This process does not (or no longer) hold the lease; it must not act."""
+
+
+@dataclass(frozen=True)
+class TickResult:
+    """What a tick did, for the scheduler and for tests."""
+
+    rollout_id: int
+    state: State
+    performed: int
+    decision: Decision | None
+
+
+class Reconciler:
+    """Drives rollouts one tick at a time on behalf of the leader."""
+
+    def __init__(
+        self,
+        sessions: sessionmaker[Session],
+        drivers: Drivers,
+        *,
+        clock: Callable[[], datetime],
+        lease: Callable[[], Held | None],
+        instance: str,
+    ) -> None:
+        self.sessions = sessions
+        self.drivers = drivers
+        self.clock = clock
+        self.lease = lease
+        self.instance = instance
+        self.actor = f"rolloutd@{instance}"
+
+    # -- the tick ---------------------------------------------------------------------------
+
+    def tick(self, rollout_id: int) -> TickResult:
+        """Run one tick of ``rollout_id``.
+
+        :raises NotLeading: when the lease is not ours; nothing was written or performed.
+        :raises TemporaryError: for a failure worth retrying on the next tick.
+        """
+        bound = log.bind(rollout=rollout_id, instance=self.instance)
+        now = self.clock()
+        held = self._held(now)
+        with self._read() as session:
+            rollout = queries.get_rollout(session, rollout_id)
+            plan = plan_of(rollout)
+            progress = Progress.from_storage(rollout.progress)
+            pending = [_Pending.of(a) for a in queries.pending_actions(session, rollout_id)]
+        router = self._router(rollout_id, plan)
+        # Replay first: an ended rollout may still owe its final alert after a crash.
+        performed = self._perform_all(rollout_id, router, pending, bound)
+        if progress.ended is not None:
+            return TickResult(rollout_id, State(progress.ended), performed, None)
+        observed_state, preflight_error = self._observe(rollout_id, plan, progress, router, bound)
+        evaluations = self._evaluate(rollout_id, plan, progress, now)
+        decision, new_actions = self._decide(
+            rollout_id, plan, held, now, evaluations, observed_state, preflight_error
+        )
+        performed += self._perform_all(rollout_id, router, new_actions, bound)
+        if decision.events:
+            bound.info("tick", state=decision.state.value, events=[e.kind for e in decision.events])
+        return TickResult(rollout_id, decision.state, performed, decision)
+
+    def _held(self, now: datetime) -> Held:
+        held = self.lease()
+        if held is None or not held.valid_at(now, margin=LEASE_MARGIN):
+            raise NotLeading("this rolloutd does not hold the leader lease")
+        return held
+
+    @contextmanager
+    def _read(self) -> Iterator[Session]:
+        with transaction(self.sessions) as session:
+            yield session
+
+    @contextmanager
+    def _write(self, held: Held, now: datetime) -> Iterator[Session]:
+        """A transaction that commits only while ``held`` is provably still the leader lease."""
+        with transaction(self.sessions) as session:
+            if not hold_for_write(session, held, now=now + LEASE_MARGIN):
+                raise NotLeading("the leader lease was lost; writing nothing")
+            yield session
+
+    def _router(self, rollout_id: int, plan: Plan) -> Router | None:
+        try:
+            return self.drivers.router(rollout_id, plan)
+        except PermanentError as exc:
+            log.error("router unavailable", rollout=rollout_id, error=str(exc))
+            return None
+
+    # -- observing the world ----------------------------------------------------------------
+
+    def _observe(
+        self,
+        rollout_id: int,
+        plan: Plan,
+        progress: Progress,
+        router: Router | None,
+        bound: Any,
+    ) -> tuple[RouterState | None, str | None]:
+        """Read the router back; before the start, check it can do the job at all."""
+        if router is None:
+            return None, f"router driver {plan.router.driver!r} is not available"
+        if progress.started_at is None:
+            try:
+                router.check()
+                return router.read_weight(), None
+            except PermanentError as exc:
+                return None, str(exc)
+        try:
+            state = router.read_weight()
+        except RolloutdError as exc:
+            bound.warning("router read-back failed", error=str(exc))
+            return None, None
+        return self._repair_drift(rollout_id, router, state, bound), None
+
+    def _repair_drift(
+        self, rollout_id: int, router: Router, state: RouterState, bound: Any
+    ) -> RouterState:
+        """Re-apply the recorded weight when the load balancer no longer does what we did."""
+        now = self.clock()
+        held = self._held(now)
+        with self._read() as session:
+            if queries.pending_actions(session, rollout_id):
+                return state  # a change is in flight; the replay will converge
+            last = queries.last_done(session, rollout_id, "set_weight")
+        if last is None:
+            return state
+        recorded = RouterState(int(last.payload["weight"]), bool(last.payload.get("mirror")))
+        if recorded == state:
+            return state
+        bound.warning("router drift", recorded=recorded.weight, found=state.weight)
+        try:
+            router.set_weight(recorded.weight, mirror=recorded.mirror)
+            repaired = router.read_weight()
+        except RolloutdError as exc:
+            bound.error("drift repair failed", error=str(exc))
+            return state
+        with self._write(held, now) as session:
+            queries.append_event(
+                session,
+                rollout_id=rollout_id,
+                kind="drift",
+                actor=self.actor,
+                detail=f"router read {state.weight}% canary, recorded {recorded.weight}%; "
+                f"re-applied {recorded.weight}%",
+                data={"found": state.weight, "recorded": recorded.weight},
+                now=now,
+            )
+        return repaired
+
+    # -- gates ------------------------------------------------------------------------------
+
+    def _evaluate(
+        self, rollout_id: int, plan: Plan, progress: Progress, now: datetime
+    ) -> list[Evaluation]:
+        """Judge the rollback triggers every tick, and the step's gates when they are due."""
+        if progress.started_at is None or progress.rollback is not None:
+            return []
+        with self._read() as session:
+            at_step = queries.latest_evaluations(
+                session, rollout_id, step_index=progress.step_index
+            )
+        due: list[tuple[str, Role]] = [(g, "trigger") for g in plan.rollback.triggers]
+        for gate in plan.gates_of(progress.step_index):
+            last = at_step.get(gate)
+            if gate not in plan.rollback.triggers and (
+                last is None or now - last.evaluated_at >= plan.interval
+            ):
+                due.append((gate, "step"))
+        if not due:
+            return []
+        try:
+            source: MetricsSource | None = self.drivers.metrics(rollout_id, plan)
+        except PermanentError as exc:
+            reason = str(exc)
+            source = None
+        if source is None:
+            return [Evaluation(g, r, Verdict.INCONCLUSIVE, now, reason=reason) for g, r in due]
+        return [evaluate_gate(g, plan.gates[g], r, source, now) for g, r in due]
+
+    # -- deciding and writing ---------------------------------------------------------------
+
+    def _decide(
+        self,
+        rollout_id: int,
+        plan: Plan,
+        held: Held,
+        now: datetime,
+        evaluations: list[Evaluation],
+        router_state: RouterState | None,
+        preflight_error: str | None,
+    ) -> tuple[Decision, list[_Pending]]:
+        with self._write(held, now) as session:
+            rollout = queries.get_rollout(session, rollout_id)
+            progress = Progress.from_storage(rollout.progress)
+            for evaluation in evaluations:
+                _record(session, rollout_id, progress.step_index, evaluation)
+            commands = queries.pending_commands(session, rollout_id)
+            decision = decide(
+                plan,
+                progress,
+                verdicts=_verdicts(session, rollout_id, plan, progress),
+                commands=[_command(c) for c in commands],
+                observed=Observed(
+                    router_weight=router_state.weight if router_state else None,
+                    done_actions=queries.done_action_keys(session, rollout_id),
+                ),
+                now=now,
+                preflight_error=preflight_error,
+            )
+            revision = rollout.revision
+            queries.save_progress(
+                session,
+                rollout,
+                progress=decision.progress.for_storage(),
+                state=decision.state.value,
+                active=not decision.state.terminal,
+                now=now,
+                fence=fence(held, now=now),
+            )
+            for i, event in enumerate(decision.events):
+                queries.append_event(
+                    session,
+                    rollout_id=rollout_id,
+                    kind=event.kind,
+                    actor=event.actor if event.actor != "rolloutd" else self.actor,
+                    detail=event.detail,
+                    data=event.data,
+                    now=now,
+                    dedup_key=f"rev-{revision}/{i}",
+                )
+            for outcome in decision.outcomes:
+                queries.finish_command(
+                    session,
+                    outcome.command_id,
+                    status="applied" if outcome.applied else "rejected",
+                    outcome=outcome.detail,
+                    now=now,
+                )
+            added = queries.enqueue_actions(
+                session,
+                rollout_id=rollout_id,
+                actions=[(a.key, a.kind, a.payload()) for a in decision.actions],
+                now=now,
+            )
+            _record_steps(session, rollout, plan, progress, decision.progress, now)
+            return decision, [_Pending.of(a) for a in added]
+
+    # -- performing actions -----------------------------------------------------------------
+
+    def _perform_all(
+        self, rollout_id: int, router: Router | None, actions: list[_Pending], bound: Any
+    ) -> int:
+        done = 0
+        for action in actions:
+            now = self.clock()
+            held = self._held(now)
+            try:
+                self._perform(rollout_id, router, action, now)
+            except (RolloutdError, ValueError) as exc:
+                self._failed(rollout_id, action, held, now, str(exc), bound)
+                continue
+            with self._write(held, self.clock()) as session:
+                queries.finish_action(session, action.id, status="done", now=self.clock())
+            done += 1
+        return done
+
+    def _perform(
+        self, rollout_id: int, router: Router | None, action: _Pending, now: datetime
+    ) -> None:
+        if action.kind == "set_weight":
+            if router is None:
+                raise PermanentError("no router to set the weight on")
+            router.set_weight(int(action.payload["weight"]), mirror=bool(action.payload["mirror"]))
+            state = router.read_weight()
+            if state.weight != action.payload["weight"]:
+                raise TemporaryError(
+                    f"router reads {state.weight}% after setting {action.payload['weight']}%"
+                )
+        elif action.kind == "alert":
+            self._alert(rollout_id, action, now)
+        else:
+            raise PermanentError(f"unknown action kind {action.kind!r}")
+
+    def _alert(self, rollout_id: int, action: _Pending, now: datetime) -> None:
+        payload = action.payload
+        level = {"critical": "error", "warning": "warning"}.get(payload.get("severity", ""), "info")
+        getattr(log, level)(
+            "alert", rollout=rollout_id, topic=payload.get("topic"), text=payload.get("text")
+        )
+
+    def _failed(
+        self,
+        rollout_id: int,
+        action: _Pending,
+        held: Held,
+        now: datetime,
+        error: str,
+        bound: Any,
+    ) -> None:
+        bound.warning("action failed", key=action.key, attempt=action.attempts + 1, error=error)
+        with self._write(held, now) as session:
+            queries.bump_action_attempt(session, action.id, error=error)
+            queries.append_event(
+                session,
+                rollout_id=rollout_id,
+                kind="action_failed",
+                actor=self.actor,
+                detail=f"{action.key} failed (attempt {action.attempts + 1}): {error}",
+                now=now,
+                dedup_key=f"{action.key}/attempt-{action.attempts + 1}",
+            )
+            if action.attempts + 1 == STUCK_AFTER_ATTEMPTS:
+                queries.enqueue_actions(
+                    session,
+                    rollout_id=rollout_id,
+                    actions=[
+                        (
+                            f"alert/stuck/{action.key}",
+                            "alert",
+                            {
+                                "topic": "action_stuck",
+                                "severity": "critical",
+                                "text": f"{action.key} keeps failing: {error}",
+                            },
+                        )
+                    ],
+                    now=now,
+                )
+
+
+@dataclass(frozen=True)
+class _Pending:
+    """An action row detached from its session."""
+
+    id: int
+    key: str
+    kind: str
+    payload: dict[str, Any]
+    attempts: int
+
+    @classmethod
+    def of(cls, row: Action) -> _Pending:
+        return cls(row.id, row.key, row.kind, dict(row.payload), row.attempts)
+
+
+def _command(row: Any) -> Command:
+    return Command(
+        id=row.id,
+        kind=row.kind,
+        actor=row.actor,
+        reason=row.reason,
+        full=bool((row.args or {}).get("full")),
+    )
+
+
+def _record(session: Session, rollout_id: int, step_index: int, evaluation: Evaluation) -> None:
+    queries.record_evaluation(
+        session,
+        rollout_id=rollout_id,
+        step_index=step_index,
+        gate=evaluation.gate,
+        role=evaluation.role,
+        verdict=evaluation.verdict.value,
+        value=evaluation.value,
+        threshold=evaluation.threshold,
+        query=evaluation.query,
+        samples=evaluation.samples,
+        statistic=evaluation.statistic,
+        reason=evaluation.reason or None,
+        evidence=evaluation.evidence,
+        evaluated_at=evaluation.evaluated_at,
+    )
+
+
+def _verdicts(
+    session: Session, rollout_id: int, plan: Plan, progress: Progress
+) -> Mapping[str, GateResult]:
+    """The newest verdict per gate: this step's for step gates, any step's for triggers."""
+    at_step = queries.latest_evaluations(session, rollout_id, step_index=progress.step_index)
+    overall = queries.latest_evaluations(session, rollout_id)
+    results: dict[str, GateResult] = {}
+    for gate in plan.rollback.triggers:
+        if gate in overall:
+            results[gate] = _result(overall[gate])
+    for gate in plan.gates_of(progress.step_index):
+        if gate in at_step:
+            results[gate] = _result(at_step[gate])
+    return results
+
+
+def _result(row: Any) -> GateResult:
+    return GateResult(
+        verdict=Verdict(row.verdict),
+        evaluated_at=row.evaluated_at,
+        reason=row.reason or "",
+        value=row.value,
+        threshold=row.threshold,
+    )
+
+
+def _record_steps(
+    session: Session,
+    rollout: Rollout,
+    plan: Plan,
+    before: Progress,
+    after: Progress,
+    now: datetime,
+) -> None:
+    """Keep the per-step table in step with the progress facts, for reports and history."""
+    if after.started_at is None:
+        return
+    if after.step_index != before.step_index or after.ended == "completed":
+        _step_row(session, rollout, plan, before.step_index, completed_at=now)
+    _step_row(
+        session,
+        rollout,
+        plan,
+        after.step_index,
+        entered_at=after.step_entered_at,
+        verified_at=after.step_verified_at,
+    )
+
+
+def _step_row(
+    session: Session,
+    rollout: Rollout,
+    plan: Plan,
+    index: int,
+    *,
+    entered_at: datetime | None = None,
+    verified_at: datetime | None = None,
+    completed_at: datetime | None = None,
+) -> None:
+    step = plan.steps[index]
+    queries.upsert_step(
+        session,
+        rollout_id=rollout.id,
+        step_index=index,
+        name=step.title(),
+        kind=step.kind,
+        weight=plan.step_weight(index),
+        entered_at=entered_at,
+        verified_at=verified_at,
+        completed_at=completed_at,
+    )
+
+
+__all__ = ["NotLeading", "Reconciler", "StaleWrite", "TickResult"]

@@ -1,0 +1,349 @@
+"""The reconciler against a real database, with an in-memory router and metrics twin.
+
+Time is a fake clock, so 48 h bakes take microseconds; the lease is a real row.
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+from typing import TYPE_CHECKING
+
+import pytest
+import yaml
+
+from rolloutd.actions import CommandKind
+from rolloutd.analysis.base import MetricsSource
+from rolloutd.analysis.sources import MemoryMetrics
+from rolloutd.errors import PermanentError, TemporaryError
+from rolloutd.operations import start_rollout, submit_command
+from rolloutd.plan import Plan
+from rolloutd.planfile import parse_plan
+from rolloutd.reconcile import STUCK_AFTER_ATTEMPTS, NotLeading, Reconciler
+from rolloutd.routers.base import MemoryRouter, Router, RouterState
+from rolloutd.store import lease, queries
+
+if TYPE_CHECKING:
+    from conftest import StoreHandle
+
+T0 = datetime(2026, 3, 2, 9, 0, tzinfo=UTC)
+
+PLAN = {
+    "name": "atlas-small",
+    "service": "atlas-70b",
+    "environment": "staging",
+    "pools": {
+        "stable": {"replicas": [{"name": "s0", "url": "http://127.0.0.1:9"}]},
+        "canary": {"replicas": [{"name": "c0", "url": "http://127.0.0.1:9"}]},
+    },
+    "router": {"driver": "memory"},
+    "metrics": {"source": "memory"},
+    "artefacts": {"stable": "fp8-msl32768", "canary": "fp8-msl8192"},
+    "interval": "30s",
+    "trigger_interval": "5s",
+    "limits": {"max_inconclusive": 2},
+    "gates": {
+        "timeouts": {
+            "kind": "threshold",
+            "signal": "queue_timeout_rate",
+            "max": 0.01,
+            "min_samples": 100,
+        },
+        "oom": {"kind": "events", "signal": "oom_events"},
+    },
+    "steps": [
+        {"kind": "canary", "weight": 5, "bake": "48h", "gates": ["timeouts"]},
+        {"kind": "canary", "weight": 25, "bake": "48h", "gates": ["timeouts"]},
+        {"kind": "pause"},
+        {"kind": "full"},
+    ],
+    "rollback": {"triggers": ["oom"]},
+}
+
+
+class Clock:
+    """A clock that moves only when told to."""
+
+    def __init__(self) -> None:
+        self.now = T0
+
+    def __call__(self) -> datetime:
+        return self.now
+
+    def advance(self, **delta: float) -> None:
+        self.now += timedelta(**delta)
+
+
+class Twins:
+    """Drivers that hand out the test's own router and metrics."""
+
+    def __init__(self, router: Router, metrics: MetricsSource) -> None:
+        self._router = router
+        self._metrics = metrics
+
+    def router(self, rollout_id: int, plan: Plan) -> Router:
+        return self._router
+
+    def metrics(self, rollout_id: int, plan: Plan) -> MetricsSource:
+        return self._metrics
+
+
+class Harness:
+    """A leader (lease held in the database), a reconciler and one rollout."""
+
+    def __init__(self, store: StoreHandle, router: Router | None = None) -> None:
+        self.store = store
+        self.clock = Clock()
+        self.router = router or MemoryRouter()
+        self.metrics = MemoryMetrics()
+        self.metrics.set("queue_timeout_rate", "canary", 0.002, samples=500)
+        self.metrics.set("oom_events", "canary", 0)
+        self.held = self.acquire("me")
+        self.reconciler = Reconciler(
+            store.sessions,
+            Twins(self.router, self.metrics),
+            clock=self.clock,
+            lease=lambda: self.held,
+            instance="test",
+        )
+        with store.sessions.begin() as session:
+            loaded = parse_plan(yaml.safe_dump(PLAN), "plan.yaml")
+            self.rollout_id = start_rollout(session, loaded, actor="alice", now=self.clock())
+
+    def acquire(self, holder: str) -> lease.Held:
+        with self.store.sessions.begin() as session:
+            held = lease.acquire(
+                session, holder=holder, ttl=timedelta(hours=1000), now=self.clock()
+            )
+        assert held is not None
+        return held
+
+    def tick(self, **advance: float) -> str:
+        if advance:
+            self.clock.advance(**advance)
+        return self.reconciler.tick(self.rollout_id).state.value
+
+    def command(self, kind: CommandKind, reason: str | None = None) -> None:
+        with self.store.sessions.begin() as session:
+            submit_command(
+                session, self.rollout_id, kind, actor="alice", reason=reason, now=self.clock()
+            )
+
+    def events(self) -> list[str]:
+        with self.store.sessions() as session:
+            return [e.kind for e in queries.list_events(session, self.rollout_id)]
+
+    def revision(self) -> int:
+        with self.store.sessions() as session:
+            return queries.get_rollout(session, self.rollout_id).revision
+
+
+def test_a_rollout_runs_to_completion_through_the_database(store: StoreHandle) -> None:
+    """With passing gates, bakes elapse on the fake clock and the rollout completes at 100%."""
+    h = Harness(store)
+    assert h.tick() == "running"
+    assert h.router.read_weight() == RouterState(5)
+    assert h.tick(seconds=5) == "running"  # the weight is verified on this tick
+    assert h.tick(hours=48) == "running"  # the bake is over, the gate is evaluated after it
+    assert h.router.read_weight() == RouterState(25)
+    h.tick(seconds=5)
+    assert h.tick(hours=48, seconds=1) == "awaiting_promotion"
+    h.command("promote")
+    h.tick(seconds=5)
+    assert h.router.read_weight() == RouterState(100)
+    assert h.tick(seconds=5) == "running"  # 100% verified
+    assert h.tick(seconds=5) == "completed"
+    events = h.events()
+    assert events.count("step_completed") == 4
+    assert events[-1] == "completed"
+    with store.sessions() as session:
+        assert queries.pending_actions(session, h.rollout_id) == []
+        steps = queries.list_steps(session, h.rollout_id)
+    assert [s.weight for s in steps] == [5, 25, 25, 100]
+    assert all(s.completed_at is not None for s in steps)
+
+
+def test_every_evaluation_is_stored_with_its_evidence(store: StoreHandle) -> None:
+    """Each gate evaluation is kept with query, value, samples, threshold and verdict."""
+    h = Harness(store)
+    h.tick()
+    h.tick(seconds=5)
+    with store.sessions() as session:
+        latest = queries.latest_evaluations(session, h.rollout_id)
+    timeouts = latest["timeouts"]
+    assert (timeouts.verdict, timeouts.value, timeouts.samples) == ("pass", 0.002, 500)
+    assert timeouts.threshold == "<= 0.01"
+    assert timeouts.query == "memory:queue_timeout_rate"
+    assert latest["oom"].role == "trigger"
+
+
+def test_a_trigger_breach_rolls_back_and_ends_at_weight_zero(store: StoreHandle) -> None:
+    """An OOM on the canary rolls back at once; the rollout ends rolled_back at weight 0."""
+    h = Harness(store)
+    h.tick()
+    h.tick(seconds=5)
+    h.metrics.set("oom_events", "canary", 1)
+    assert h.tick(seconds=5) == "rolling_back"
+    assert h.router.read_weight().weight == 0
+    assert h.tick(seconds=5) == "rolled_back"
+    assert "rollback_started" in h.events()
+
+
+def test_abort_from_rolloutctl_rolls_back(store: StoreHandle) -> None:
+    """An abort command written by rolloutctl is applied on the next tick."""
+    h = Harness(store)
+    h.tick()
+    h.tick(seconds=5)
+    h.command("abort", reason="tool arguments look wrong")
+    assert h.tick(seconds=1) == "rolling_back"
+    assert h.tick(seconds=5) == "rolled_back"
+    with store.sessions() as session:
+        (command,) = [
+            c for c in queries.list_events(session, h.rollout_id) if c.kind == "rollback_started"
+        ]
+    assert "tool arguments look wrong" in command.detail
+
+
+def test_pending_actions_are_replayed_after_a_crash(store: StoreHandle) -> None:
+    """An action written as pending but never performed (a crash) is performed on the next tick."""
+    h = Harness(store)
+    h.tick()
+    with store.sessions.begin() as session:
+        queries.enqueue_actions(
+            session,
+            rollout_id=h.rollout_id,
+            actions=[("step-0/weight-5", "set_weight", {"weight": 5, "mirror": False})],
+            now=h.clock(),
+        )
+    fresh = MemoryRouter()  # the load balancer lost its state, too
+    h.reconciler.drivers = Twins(fresh, h.metrics)
+    h.tick(seconds=5)
+    assert fresh.read_weight().weight == 5
+    with store.sessions() as session:
+        assert queries.pending_actions(session, h.rollout_id) == []
+
+
+def test_router_drift_is_repaired_and_recorded(store: StoreHandle) -> None:
+    """When someone changes the weight behind rolloutd's back, the recorded weight is re-applied."""
+    h = Harness(store)
+    h.tick()
+    h.tick(seconds=5)
+    h.router.set_weight(50)
+    h.tick(seconds=5)
+    assert h.router.read_weight().weight == 5
+    assert "drift" in h.events()
+
+
+class IgnoringRouter(MemoryRouter):
+    """A load balancer that accepts a weight change and silently keeps the old one."""
+
+    def set_weight(self, weight: int, *, mirror: bool = False) -> None:
+        self.history.append(RouterState(weight, mirror))
+
+
+def test_a_weight_the_router_does_not_take_keeps_the_step_unreached_and_alerts(
+    store: StoreHandle,
+) -> None:
+    """A read-back mismatch is retried, never counted as reached, and alerted once it persists."""
+    h = Harness(store, router=IgnoringRouter())
+    for _ in range(STUCK_AFTER_ATTEMPTS + 2):
+        h.tick(seconds=5)
+    with store.sessions() as session:
+        rollout = queries.get_rollout(session, h.rollout_id)
+        pending = {a.key for a in queries.pending_actions(session, h.rollout_id)}
+        done = queries.done_action_keys(session, h.rollout_id)
+    assert rollout.progress["step_verified_at"] is None
+    assert "step-0/weight-5" in pending
+    assert "alert/stuck/step-0/weight-5" in done
+    assert h.events().count("action_failed") >= STUCK_AFTER_ATTEMPTS
+
+
+def test_a_leader_that_lost_the_lease_writes_nothing(store: StoreHandle) -> None:
+    """After another holder takes over, the old leader's tick raises and writes nothing."""
+    h = Harness(store)
+    h.tick()
+    before = h.revision()
+    with store.sessions.begin() as session:
+        session.execute(
+            lease.Lease.__table__.update().values(expires_at=h.clock())  # type: ignore[attr-defined]
+        )
+    h.acquire("usurper")
+    with pytest.raises(NotLeading):
+        h.tick(seconds=5)
+    assert h.revision() == before
+    assert h.router.read_weight().weight == 5
+
+
+def test_a_lease_expired_in_memory_stops_the_tick_before_any_side_effect(
+    store: StoreHandle,
+) -> None:
+    """A leader whose lease ran out (paused past the TTL) performs no action and writes nothing."""
+    h = Harness(store)
+    h.held = lease.Held(h.held.name, h.held.holder, h.held.epoch, h.clock() + timedelta(seconds=1))
+    before = h.revision()
+    with pytest.raises(NotLeading):
+        h.tick()
+    assert h.revision() == before
+    assert h.router.read_weight().weight == 0
+
+
+class BrokenRouter(MemoryRouter):
+    """A load balancer whose configuration cannot carry a weighted split."""
+
+    def check(self) -> None:
+        raise PermanentError("backend atlas does not hash on X-Session-Id")
+
+
+def test_a_router_that_fails_its_preflight_fails_the_rollout(store: StoreHandle) -> None:
+    """A rollout whose router cannot do the job ends failed before any traffic moves."""
+    h = Harness(store, router=BrokenRouter())
+    assert h.tick() == "failed"
+    assert h.router.read_weight().weight == 0
+    with store.sessions() as session:
+        (failed,) = [e for e in queries.list_events(session, h.rollout_id) if e.kind == "failed"]
+    assert "X-Session-Id" in failed.detail
+
+
+def test_missing_metrics_pause_the_rollout_and_it_resumes_when_they_return(
+    store: StoreHandle,
+) -> None:
+    """Inconclusive evaluations past the limit pause the rollout; data coming back resumes it."""
+    h = Harness(store)
+    h.tick()
+    h.tick(seconds=5)
+    h.metrics.fail("queue_timeout_rate", "canary", "prometheus: connection refused")
+    states = [h.tick(seconds=30) for _ in range(4)]
+    assert states[-1] == "paused"
+    with store.sessions() as session:
+        latest = queries.latest_evaluations(session, h.rollout_id)
+    assert latest["timeouts"].verdict == "inconclusive"
+    assert "connection refused" in (latest["timeouts"].reason or "")
+    h.metrics.set("queue_timeout_rate", "canary", 0.002, samples=500)
+    assert h.tick(seconds=30) == "running"
+    assert "resumed" in h.events()
+
+
+class FlakyRouter(MemoryRouter):
+    """A load balancer that is unreachable for the first ``failures`` calls."""
+
+    def __init__(self, failures: int) -> None:
+        super().__init__()
+        self.failures = failures
+
+    def set_weight(self, weight: int, *, mirror: bool = False) -> None:
+        if self.failures > 0:
+            self.failures -= 1
+            raise TemporaryError("connection refused")
+        super().set_weight(weight, mirror=mirror)
+
+
+def test_a_transient_router_failure_is_retried_on_the_next_tick(store: StoreHandle) -> None:
+    """A weight change that fails once is retried and then verified; no step is skipped."""
+    h = Harness(store, router=FlakyRouter(failures=1))
+    h.tick()
+    assert h.router.read_weight().weight == 0
+    h.tick(seconds=5)
+    assert h.router.read_weight().weight == 5
+    h.tick(seconds=5)
+    with store.sessions() as session:
+        rollout = queries.get_rollout(session, h.rollout_id)
+    assert rollout.progress["step_verified_at"] is not None
