@@ -53,6 +53,35 @@ def upgrade() -> None:
     click.echo(f"{describe(url)}: at revision {SCHEMA_REVISION}")
 
 
+@cli.command()
+@click.option(
+    "--health-port",
+    type=click.IntRange(0, 65535),
+    help="Serve /healthz on this local port (default: ROLLOUTD_HEALTH_PORT, 9467; 0: any).",
+)
+def run(health_port: int | None) -> None:
+    """Lead, or stand by, and drive every active rollout until SIGTERM.
+
+    Any number of instances may point at one Postgres: one leads (a lease with a fencing
+    epoch), the others take over within the lease TTL when it dies. With SQLite, one
+    instance. Under systemd (Type=notify) it sends READY=1, STATUS=, WATCHDOG=1 and
+    STOPPING=1; SIGHUP reloads the settings.
+
+    \b
+    Example:
+      ROLLOUTD_DATABASE_URL=postgresql://rolloutd@db.internal/rolloutd rolloutd run
+    """
+    from rolloutd.daemon import Daemon
+    from rolloutd.logs import configure_logging
+    from rolloutd.settings import load_settings
+
+    settings = load_settings()
+    configure_logging(settings.log_level)
+    daemon = Daemon(settings, health_port=health_port)
+    daemon.install_signal_handlers()
+    sys.exit(daemon.run())
+
+
 def main(argv: list[str] | None = None) -> None:
     """Entry point of the ``rolloutd`` console script."""
     sys.exit(run_cli(cli, "rolloutd", argv))

@@ -1,0 +1,360 @@
+"""The long-running service: one fenced leader, scheduled ticks, systemd and signals.
+
+Every instance runs the same main loop: renew (or try to take) the leader lease, start
+or stop the scheduler to match, keep one tick job per active rollout, and tell systemd
+it is alive. APScheduler runs with an in-memory job store, started paused and resumed
+only while this instance leads (its docs forbid sharing a job store between schedulers).
+On any database error the leader stops acting first and asks questions later.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import logging
+import os
+import signal
+import socket
+import threading
+import time
+import uuid
+from collections.abc import Callable
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from types import FrameType
+from typing import Any
+
+import structlog
+from apscheduler.executors.pool import ThreadPoolExecutor
+from apscheduler.jobstores.base import JobLookupError
+from apscheduler.schedulers.background import BackgroundScheduler
+from apscheduler.triggers.interval import IntervalTrigger
+from sqlalchemy.exc import SQLAlchemyError
+
+from rolloutd.drivers import Drivers, PlanDrivers
+from rolloutd.errors import PermanentError, RolloutdError
+from rolloutd.health import HealthServer
+from rolloutd.operations import plan_of
+from rolloutd.reconcile import NotLeading, Reconciler
+from rolloutd.sdnotify import Notifier, watchdog_interval
+from rolloutd.settings import Settings
+from rolloutd.store import lease, queries
+from rolloutd.store.commands import COMMANDS_CHANNEL
+from rolloutd.store.db import check_revision as check_schema
+from rolloutd.store.db import describe, make_engine, normalise_url, session_factory, transaction
+from rolloutd.store.errors import StaleWrite
+
+log = structlog.get_logger("rolloutd.daemon")
+
+Clock = Callable[[], datetime]
+
+
+def utc_now() -> datetime:
+    """The wall clock, in UTC."""
+    return datetime.now(UTC)
+
+
+class Daemon:
+    """One rolloutd process: leader or standby."""
+
+    def __init__(
+        self,
+        settings: Settings,
+        *,
+        drivers: Drivers | None = None,
+        clock: Clock = utc_now,
+        loop_seconds: float = 1.0,
+        health_port: int | None = None,
+        notifier: Notifier | None = None,
+    ) -> None:
+        self.settings = settings
+        self.url = settings.database_url.get_secret_value()
+        self.engine = make_engine(self.url)
+        self.sessions = session_factory(self.engine)
+        self.clock = clock
+        self.loop_seconds = loop_seconds
+        self.ttl = timedelta(seconds=settings.lease_ttl_seconds)
+        self.instance = settings.instance_name or f"{socket.gethostname()}:{os.getpid()}"
+        self.holder = f"{self.instance}/{uuid.uuid4().hex[:8]}"
+        self.notifier = notifier or Notifier()
+        self.held: lease.Held | None = None
+        self.stopping = threading.Event()
+        self.reload_requested = threading.Event()
+        self.last_loop = clock()
+        self.reconciler = Reconciler(
+            self.sessions,
+            drivers or PlanDrivers(),
+            clock=clock,
+            lease=lambda: self.held,
+            instance=self.instance,
+        )
+        self.scheduler = BackgroundScheduler(
+            executors={"default": ThreadPoolExecutor(max_workers=8)},
+            job_defaults={"coalesce": True, "max_instances": 1, "misfire_grace_time": 30},
+            timezone=UTC,
+        )
+        self._wakeups: set[int] = set()
+        self._wakeups_lock = threading.Lock()
+        self._lock_file: Any = None
+        self._health: HealthServer | None = None
+        port = settings.health_port if health_port is None else health_port
+        self._health_address = (settings.health_host, port)
+
+    # -- lifecycle --------------------------------------------------------------------------
+
+    def run(self) -> int:
+        """Run until SIGTERM; returns the process exit code."""
+        logging.getLogger("apscheduler").setLevel(logging.ERROR)
+        self._claim_sqlite()
+        check_schema(self.engine)
+        self._start_health()
+        self.scheduler.start(paused=True)
+        if self.engine.dialect.name == "postgresql":
+            threading.Thread(target=self._listen, name="rolloutd-listen", daemon=True).start()
+        log.info("starting", instance=self.instance, database=describe(self.url))
+        ready = False
+        beat = watchdog_interval()
+        last_beat = 0.0
+        while not self.stopping.is_set():
+            if self.reload_requested.is_set():
+                self.reload_requested.clear()
+                self._reload()
+            self._lead_or_stand_by()
+            self.last_loop = self.clock()
+            if not ready:
+                self.notifier.ready(self._status())
+                ready = True
+            else:
+                self.notifier.status(self._status())
+            # The watchdog is fed from the main loop, so a hung loop is what systemd catches.
+            monotonic = time.monotonic()
+            if beat is not None and monotonic - last_beat >= beat:
+                self.notifier.watchdog()
+                last_beat = monotonic
+            self.stopping.wait(self.loop_seconds)
+        return self._shutdown()
+
+    def install_signal_handlers(self) -> None:
+        """SIGTERM/SIGINT stop after the tick in flight; SIGHUP reloads settings."""
+
+        def stop(signum: int, _frame: FrameType | None) -> None:
+            log.info("stopping", signal=signal.Signals(signum).name)
+            self.stopping.set()
+
+        def reload(_signum: int, _frame: FrameType | None) -> None:
+            self.reload_requested.set()
+
+        signal.signal(signal.SIGTERM, stop)
+        signal.signal(signal.SIGINT, stop)
+        signal.signal(signal.SIGHUP, reload)
+
+    def _shutdown(self) -> int:
+        self.notifier.stopping()
+        self.scheduler.shutdown(wait=True)
+        if self.held is not None:
+            try:
+                with transaction(self.sessions) as session:
+                    now = self.clock()
+                    lease.release(session, self.held, now=now)
+                    self._daemon_event(session, "leader_released", "gave up leadership", now)
+            except (RolloutdError, SQLAlchemyError) as exc:
+                log.warning("could not release the lease; it expires by itself", error=str(exc))
+            self.held = None
+        if self._health is not None:
+            self._health.stop()
+        self.engine.dispose()
+        log.info("stopped", instance=self.instance)
+        return 0
+
+    def _claim_sqlite(self) -> None:
+        """SQLite has no leases across hosts: allow one instance per database file."""
+        url = normalise_url(self.url)
+        if url.get_backend_name() != "sqlite" or not url.database:
+            return
+        path = Path(url.database + ".lock")
+        handle = path.open("a+")
+        try:
+            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            handle.close()
+            raise PermanentError(
+                f"another rolloutd is already running on {describe(self.url)}; SQLite allows "
+                "one instance (use Postgres to run a standby)"
+            ) from None
+        self._lock_file = handle
+
+    def _start_health(self) -> None:
+        host, port = self._health_address
+        try:
+            self._health = HealthServer(host, port, self._health_report)
+        except OSError as exc:
+            raise PermanentError(
+                f"cannot serve /healthz on {host}:{port}: {exc.strerror}"
+            ) from None
+        self._health.start()
+        log.info("health endpoint", url=f"http://{host}:{self._health.port}/healthz")
+
+    def _health_report(self) -> tuple[bool, dict[str, Any]]:
+        age = (self.clock() - self.last_loop).total_seconds()
+        healthy = age < max(10 * self.loop_seconds, 5.0)
+        return healthy, {
+            "role": "leader" if self.held else "standby",
+            "instance": self.instance,
+            "epoch": self.held.epoch if self.held else None,
+            "loop_age_seconds": round(age, 3),
+            "rollouts": len(self.scheduler.get_jobs()),
+        }
+
+    def _status(self) -> str:
+        if self.held is None:
+            return "standby"
+        return f"leader (epoch {self.held.epoch}), {len(self.scheduler.get_jobs())} active rollouts"
+
+    def _reload(self) -> None:
+        from rolloutd.logs import configure_logging
+        from rolloutd.settings import load_settings
+
+        try:
+            fresh = load_settings()
+        except RolloutdError as exc:
+            log.error("settings reload failed; keeping the old settings", error=str(exc))
+            return
+        configure_logging(fresh.log_level)
+        self.settings = fresh
+        log.info("settings reloaded", log_level=fresh.log_level)
+
+    # -- leadership -------------------------------------------------------------------------
+
+    def _lead_or_stand_by(self) -> None:
+        was_leading = self.held is not None
+        now = self.clock()
+        try:
+            with transaction(self.sessions) as session:
+                if self.held is not None:
+                    self.held = lease.renew(session, self.held, ttl=self.ttl, now=now)
+                else:
+                    self.held = lease.acquire(session, holder=self.holder, ttl=self.ttl, now=now)
+                if self.held is not None and not was_leading:
+                    self._daemon_event(
+                        session, "leader_acquired", f"leading with epoch {self.held.epoch}", now
+                    )
+        except (RolloutdError, SQLAlchemyError) as exc:
+            # Demote first: a leader that cannot reach the database must not act on stale facts.
+            if self.held is not None:
+                log.error("database error; standing down", error=str(exc))
+            self.held = None
+        if self.held is not None and not was_leading:
+            log.info("leading", epoch=self.held.epoch, instance=self.instance)
+            self._replay_all()
+            self.scheduler.resume()
+        elif self.held is None and was_leading:
+            log.warning("lost leadership", instance=self.instance)
+            self.scheduler.pause()
+            self.scheduler.remove_all_jobs()
+        if self.held is not None:
+            self._sync_jobs()
+
+    def _daemon_event(self, session: Any, kind: str, detail: str, now: datetime) -> None:
+        queries.append_event(
+            session,
+            rollout_id=None,
+            kind=kind,
+            actor=f"rolloutd@{self.instance}",
+            detail=detail,
+            now=now,
+        )
+
+    def _replay_all(self) -> None:
+        """A new leader first finishes what the last one started, ended rollouts included."""
+        try:
+            with transaction(self.sessions) as session:
+                owed = {a.rollout_id for a in queries.pending_actions(session)}
+            active = {r.id for r in self._active()}
+        except (RolloutdError, SQLAlchemyError) as exc:
+            log.error("cannot read the intent log", error=str(exc))
+            return
+        for rollout_id in sorted(owed - active):
+            self._tick(rollout_id)
+
+    def _active(self) -> list[Any]:
+        with transaction(self.sessions) as session:
+            return queries.list_rollouts(session, active_only=True, limit=10_000)
+
+    def _sync_jobs(self) -> None:
+        try:
+            rollouts = self._active()
+        except (RolloutdError, SQLAlchemyError) as exc:
+            log.error("cannot list active rollouts", error=str(exc))
+            return
+        wanted = {f"tick-{r.id}": r for r in rollouts}
+        for job in self.scheduler.get_jobs():
+            if job.id not in wanted:
+                job.remove()
+        for job_id, rollout in wanted.items():
+            if self.scheduler.get_job(job_id) is None:
+                self.scheduler.add_job(
+                    self._tick,
+                    IntervalTrigger(seconds=plan_of(rollout).trigger_interval.total_seconds()),
+                    args=[rollout.id],
+                    id=job_id,
+                    next_run_time=utc_now(),
+                )
+
+    # -- ticks ------------------------------------------------------------------------------
+
+    def wake(self, rollout_id: int) -> None:
+        """Tick ``rollout_id`` now (a command arrived), or again right after the tick in flight."""
+        with self._wakeups_lock:
+            self._wakeups.add(rollout_id)
+        # A rollout without a job is not active yet; the next job sync picks it up.
+        with contextlib.suppress(JobLookupError):
+            self.scheduler.modify_job(f"tick-{rollout_id}", next_run_time=utc_now())
+
+    def _tick(self, rollout_id: int) -> None:
+        bound = log.bind(rollout=rollout_id, instance=self.instance)
+        structlog.contextvars.bind_contextvars(rollout=rollout_id)
+        try:
+            while not self.stopping.is_set():
+                with self._wakeups_lock:
+                    self._wakeups.discard(rollout_id)
+                result = self.reconciler.tick(rollout_id)
+                if result.state.terminal:
+                    self._drop_job(rollout_id)
+                    return
+                with self._wakeups_lock:
+                    if rollout_id not in self._wakeups:
+                        return
+        except (NotLeading, StaleWrite) as exc:
+            bound.warning("tick abandoned: not leading", error=str(exc))
+        except RolloutdError as exc:
+            bound.error("tick failed", error=str(exc))
+        except SQLAlchemyError as exc:
+            bound.error("tick failed: database error", error=str(exc).splitlines()[0])
+        except Exception:  # a bug must not kill the scheduler thread; it is logged in full
+            bound.exception("tick crashed")
+        finally:
+            structlog.contextvars.unbind_contextvars("rollout")
+
+    def _drop_job(self, rollout_id: int) -> None:
+        with contextlib.suppress(JobLookupError):
+            self.scheduler.remove_job(f"tick-{rollout_id}")
+
+    # -- commands through LISTEN/NOTIFY -----------------------------------------------------
+
+    def _listen(self) -> None:
+        """Wake the right rollout when rolloutctl writes a command (Postgres only)."""
+        import psycopg
+
+        dsn = normalise_url(self.url).set(drivername="postgresql")
+        conninfo = dsn.render_as_string(hide_password=False)
+        while not self.stopping.is_set():
+            try:
+                with psycopg.connect(conninfo, autocommit=True, connect_timeout=5) as conn:
+                    conn.execute(f"LISTEN {COMMANDS_CHANNEL}")
+                    while not self.stopping.is_set():
+                        for note in conn.notifies(timeout=1.0):
+                            if self.held is not None and note.payload.isdigit():
+                                self.wake(int(note.payload))
+            except psycopg.Error as exc:
+                log.warning("command listener reconnecting", error=str(exc).splitlines()[0])
+                self.stopping.wait(1.0)

@@ -1,0 +1,63 @@
+"""``/healthz`` on a local port: is the main loop alive, and is this instance leading?
+
+Answers 200 with ``{"role": "leader" | "standby", ...}`` while the main loop keeps
+turning, and 503 once it has not turned for a while (a hung loop must look unhealthy
+to a load balancer or a probe, as it does to systemd's watchdog).
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+from collections.abc import Callable
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+
+class HealthServer:
+    """A tiny HTTP server in a daemon thread; ``report()`` supplies the body."""
+
+    def __init__(self, host: str, port: int, report: Callable[[], tuple[bool, dict[str, Any]]]):
+        handler = _handler(report)
+        self._server = ThreadingHTTPServer((host, port), handler)
+        self._server.daemon_threads = True
+        self._thread = threading.Thread(
+            target=self._server.serve_forever, name="rolloutd-health", daemon=True
+        )
+
+    @property
+    def port(self) -> int:
+        """The port actually bound (useful when 0 asked for any free one)."""
+        return int(self._server.server_address[1])
+
+    def start(self) -> None:
+        """Serve in the background."""
+        self._thread.start()
+
+    def stop(self) -> None:
+        """Stop serving and free the port."""
+        self._server.shutdown()
+        self._server.server_close()
+
+
+def _handler(report: Callable[[], tuple[bool, dict[str, Any]]]) -> type[BaseHTTPRequestHandler]:
+    class Handler(BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            if self.path.split("?")[0] != "/healthz":
+                self._send(404, {"error": "not found; try /healthz"})
+                return
+            healthy, body = report()
+            self._send(200 if healthy else 503, body)
+
+        def _send(self, status: int, body: dict[str, Any]) -> None:
+            data = json.dumps(body).encode()
+            self.send_response(status)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(data)))
+            self.end_headers()
+            self.wfile.write(data)
+
+        def log_message(self, format: str, *args: Any) -> None:
+            return  # probes every few seconds would drown the log
+
+    return Handler
