@@ -27,9 +27,12 @@ class Notifier:
         """Send ``fields`` (``KEY=value``) as one datagram; False when it could not be sent."""
         if not self._address:
             return False
+        # A newline inside a field would smuggle in another field (STATUS="x\nSTOPPING=1").
+        message = "\n".join(f.replace("\n", " ") for f in fields).encode()
         try:
             with socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM) as sock:
-                sock.sendto("\n".join(fields).encode(), self._address)
+                # Never block the main loop on a full queue: a lost keep-alive beats a hang.
+                sock.sendto(message, socket.MSG_DONTWAIT, self._address)
         except OSError:
             return False
         return True
@@ -58,6 +61,7 @@ def watchdog_interval() -> float | None:
     if not usec or (pid and pid != str(os.getpid())):
         return None
     try:
-        return int(usec) / 2_000_000
+        microseconds = int(usec)
     except ValueError:
         return None
+    return microseconds / 2_000_000 if microseconds > 0 else None

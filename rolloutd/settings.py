@@ -41,7 +41,10 @@ def load_settings() -> Settings:
     :raises BadInput: naming the variable when a value has the wrong form.
     """
     env_file = os.environ.get("ROLLOUTD_ENV_FILE", DEFAULT_ENV_FILE)
-    source = env_file if Path(env_file).is_file() else None
+    # Under systemd the unit's EnvironmentFile= already put the file's values in the
+    # environment, and the file (mode 0600, root) is not readable by the service user.
+    path = Path(env_file)
+    source = env_file if path.is_file() and os.access(path, os.R_OK) else None
     try:
         settings = Settings(_env_file=source)
     except ValidationError as exc:
