@@ -7,7 +7,7 @@ from datetime import timedelta
 
 _UNIT_SECONDS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0, "w": 604800.0}
 _PART = re.compile(r"(\d+(?:\.\d+)?)(ms|s|m|h|d|w)")
-_WHOLE = re.compile(r"(?:\d+(?:\.\d+)?(?:ms|s|m|h|d|w))+")
+_WHOLE = re.compile(r"(?:\d+(?:\.\d+)?(?:ms|s|m|h|d|w)\s*)+")
 
 
 def parse_duration(text: str) -> timedelta:
@@ -15,13 +15,16 @@ def parse_duration(text: str) -> timedelta:
 
     :raises ValueError: when the text is not a sequence of number+unit parts.
     """
-    compact = text.strip().replace(" ", "")
+    compact = text.strip()
     if not compact or not _WHOLE.fullmatch(compact):
         raise ValueError(
             f"expected a duration such as '30s', '90m', '48h', '1h30m' or '2d', got {text!r}"
         )
     seconds = sum(float(n) * _UNIT_SECONDS[u] for n, u in _PART.findall(compact))
-    return timedelta(seconds=seconds)
+    try:
+        return timedelta(seconds=seconds)
+    except OverflowError:
+        raise ValueError(f"duration {text!r} is too long") from None
 
 
 def format_duration(delta: timedelta) -> str:

@@ -215,8 +215,10 @@ class _Tick:
         if isinstance(step, PauseStep):
             self.complete()
             return "pause ended"
-        # A promotion ends the bake early; the step's gates must still pass.
-        self.p = replace(self.p, promoted=True)
+        # A promotion ends the bake where it stands; the step's gates must still pass, and
+        # the progress deadline now runs from this moment.
+        baked = self.p.baked(self.now).total_seconds()
+        self.p = replace(self.p, promoted=True, promoted_after_seconds=baked)
         return "bake ended early; the step completes once its gates pass"
 
     def resume(self, detail: str, *, actor: str = "rolloutd") -> None:
@@ -229,7 +231,7 @@ class _Tick:
     def judge(self, verdicts: Mapping[str, GateResult]) -> None:
         if self.p.rollback is not None:
             return
-        triggers = set(self.plan.rollback.triggers)
+        triggers = self.plan.rollback.triggers
         streaks = dict(self.p.inconclusive_streaks)
         seen = dict(self.p.last_seen)
         for gate, since in self.relevant_gates(triggers).items():
@@ -251,7 +253,7 @@ class _Tick:
         self.p = replace(self.p, inconclusive_streaks=streaks, last_seen=seen)
         self.judge_inconclusive(streaks)
 
-    def relevant_gates(self, triggers: set[str]) -> dict[str, datetime | None]:
+    def relevant_gates(self, triggers: Sequence[str]) -> dict[str, datetime | None]:
         """Gate name -> the earliest evaluation time that counts for this step."""
         gates: dict[str, datetime | None] = dict.fromkeys(triggers, self.p.started_at)
         for gate in self.plan.gates_of(self.p.step_index):
@@ -306,17 +308,16 @@ class _Tick:
             if step.duration is not None and baked >= step.duration:
                 self.complete()
             return
-        hold = timedelta(0) if self.p.promoted else step.hold_for()
-        gates_pass = all(
-            (r := verdicts.get(g)) is not None
-            and r.verdict is Verdict.PASS
-            and r.evaluated_at >= self.p.step_verified_at
-            for g in step.gates
+        hold = (
+            timedelta(seconds=self.p.promoted_after_seconds)
+            if self.p.promoted
+            else step.hold_for()
         )
-        if baked >= hold and gates_pass:
+        verified_at = self.p.step_verified_at
+        waiting = [g for g in step.gates if not _passed_since(verdicts.get(g), verified_at)]
+        if baked >= hold and not waiting:
             self.complete()
         elif deadline is not None and baked - hold > deadline:
-            waiting = [g for g in step.gates if _not_passing(verdicts.get(g))]
             self.start_rollback(
                 f"{step.title()} did not pass {', '.join(waiting)} within "
                 f"{format_duration(deadline)} after its bake"
@@ -342,7 +343,11 @@ class _Tick:
             baked_seconds=0.0,
             bake_mark=None,
             promoted=False,
+            promoted_after_seconds=0.0,
         )
+        # A step entered and left in one tick (promote, then promote --full) leaves no
+        # weight change behind: only the weight of the step the tick ends in is set.
+        self.actions = [a for a in self.actions if not isinstance(a, SetWeight)]
         self.actions.append(SetWeight(weight_key(index, weight, mirror), weight, mirror))
         self.events.append(
             Event("step_entered", f"step {index} {step.title()}: canary weight {weight}%")
@@ -390,8 +395,9 @@ class _Tick:
         self.actions.append(Alert(key, topic, severity, text, payload))
 
 
-def _not_passing(result: GateResult | None) -> bool:
-    return result is None or result.verdict is not Verdict.PASS
+def _passed_since(result: GateResult | None, since: datetime) -> bool:
+    """Whether the gate's newest verdict is a pass given after ``since`` (the step was reached)."""
+    return result is not None and result.verdict is Verdict.PASS and result.evaluated_at >= since
 
 
 def _said(command: Command, what: str) -> str:

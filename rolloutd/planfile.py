@@ -137,13 +137,13 @@ def _field_path(data: object, loc: Sequence[int | str]) -> str:
     parts: list[str] = []
     node: object = data
     for item in loc:
-        if isinstance(item, int):
+        if isinstance(item, int) and not isinstance(node, dict):
             parts.append(f"[{item}]")
             node = node[item] if isinstance(node, list) and item < len(node) else None
             continue
         if isinstance(node, dict) and item not in node and item in _tags_of(node):
             continue  # the discriminator value of a tagged union, not a key the user wrote
-        parts.append(f".{item}" if parts else item)
+        parts.append(f".{item}" if parts else str(item))
         node = node.get(item) if isinstance(node, dict) else None
     return "".join(parts)
 

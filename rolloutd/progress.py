@@ -57,6 +57,7 @@ class Progress:
     baked_seconds: float = 0.0
     bake_mark: datetime | None = None
     promoted: bool = False
+    promoted_after_seconds: float = 0.0
     paused: PauseCause | None = None
     inconclusive_streaks: dict[str, int] = field(default_factory=dict)
     last_seen: dict[str, datetime] = field(default_factory=dict)
@@ -83,6 +84,7 @@ class Progress:
             "baked_seconds": self.baked_seconds,
             "bake_mark": _iso(self.bake_mark),
             "promoted": self.promoted,
+            "promoted_after_seconds": self.promoted_after_seconds,
             "paused": self.paused,
             "inconclusive_streaks": dict(self.inconclusive_streaks),
             "last_seen": {k: _iso(v) for k, v in self.last_seen.items()},
@@ -109,6 +111,7 @@ class Progress:
             baked_seconds=float(data.get("baked_seconds", 0.0)),
             bake_mark=_dt(data.get("bake_mark")),
             promoted=bool(data.get("promoted", False)),
+            promoted_after_seconds=float(data.get("promoted_after_seconds", 0.0)),
             paused=data.get("paused"),
             inconclusive_streaks=dict(data.get("inconclusive_streaks") or {}),
             last_seen={k: _req_dt(v) for k, v in (data.get("last_seen") or {}).items()},
