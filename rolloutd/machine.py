@@ -309,9 +309,7 @@ class _Tick:
                 self.complete()
             return
         hold = (
-            timedelta(seconds=self.p.promoted_after_seconds)
-            if self.p.promoted
-            else step.hold_for()
+            timedelta(seconds=self.p.promoted_after_seconds) if self.p.promoted else step.hold_for()
         )
         verified_at = self.p.step_verified_at
         waiting = [g for g in step.gates if not _passed_since(verdicts.get(g), verified_at)]
