@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import reprlib
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -88,8 +89,38 @@ def _read_text(path: Path, source: str) -> str:
         raise BadInput.one(source, "", "is not UTF-8 text; expected a YAML plan") from None
 
 
+MAX_EXPANDED_NODES = 100_000
+
+
 class _UniqueKeyLoader(yaml.SafeLoader):
-    """A safe loader that refuses a key given twice in one mapping (YAML keeps the last)."""
+    """A safe loader that refuses a key given twice in one mapping (YAML keeps the last),
+    and a document whose aliases expand past :data:`MAX_EXPANDED_NODES` (a "billion laughs"
+    file of a few hundred bytes would otherwise take minutes to validate)."""
+
+    def construct_document(self, node: yaml.Node) -> Any:
+        size = _expanded_size(node, {})
+        if size > MAX_EXPANDED_NODES:
+            raise yaml.constructor.ConstructorError(
+                None,
+                None,
+                f"aliases expand the document to more than {MAX_EXPANDED_NODES} nodes",
+                node.start_mark,
+            )
+        return super().construct_document(node)
+
+
+def _expanded_size(node: yaml.Node, memo: dict[int, int]) -> int:
+    """How many nodes the document has once every alias is expanded (memoised per node)."""
+    if id(node) in memo:
+        return memo[id(node)]
+    memo[id(node)] = 1  # a recursive alias counts once; PyYAML rejects real cycles later
+    size = 1
+    if isinstance(node, yaml.MappingNode):
+        size += sum(_expanded_size(k, memo) + _expanded_size(v, memo) for k, v in node.value)
+    elif isinstance(node, yaml.SequenceNode):
+        size += sum(_expanded_size(item, memo) for item in node.value)
+    memo[id(node)] = size
+    return size
 
 
 def _construct_mapping(loader: _UniqueKeyLoader, node: yaml.MappingNode) -> dict[Any, Any]:
@@ -122,10 +153,25 @@ def _parse_yaml(text: str, source: str) -> dict[str, Any]:
         raise BadInput.one(source, "", f"is not valid YAML at {where}: {exc.problem}") from None
     except yaml.YAMLError as exc:
         raise BadInput.one(source, "", f"is not valid YAML: {exc}") from None
+    if data is None:
+        raise BadInput.one(source, "", "holds no YAML document (only comments?); expected a plan")
     if not isinstance(data, dict):
-        kind = "a list" if isinstance(data, list) else f"a {type(data).__name__}"
-        raise BadInput.one(source, "", f"expected a YAML mapping at the top level, got {kind}")
+        raise BadInput.one(
+            source, "", f"expected a YAML mapping at the top level, got {_kind_of(data)}"
+        )
     return data
+
+
+def _kind_of(value: object) -> str:
+    if isinstance(value, list):
+        return "a list"
+    if isinstance(value, bool):
+        return "a boolean"
+    if isinstance(value, int | float):
+        return "a number"
+    if isinstance(value, str):
+        return "a string"
+    return "a scalar"
 
 
 def _problem(source: str, data: object, error: Mapping[str, Any]) -> Problem:
@@ -174,6 +220,9 @@ def _message(error: Mapping[str, Any]) -> str:
     return message
 
 
+_SHORT = reprlib.Repr()
+_SHORT.maxstring, _SHORT.maxother, _SHORT.maxlist, _SHORT.maxdict, _SHORT.maxlevel = 50, 50, 4, 4, 2
+
+
 def _shown(value: object) -> str:
-    text = repr(value)
-    return text if len(text) <= 60 else text[:57] + "..."
+    return _SHORT.repr(value)
