@@ -1,0 +1,765 @@
+"""Tests for rolloutd.machine: each rule of the rollout state machine, one at a time."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+from dataclasses import replace
+from datetime import timedelta
+
+import pytest
+
+from rolloutd.actions import Alert, CommandKind, GateResult, Observed, SetWeight, Verdict
+from rolloutd.machine import ROLLBACK_WEIGHT_KEY, decide, refusal, state_of, weight_key
+from rolloutd.progress import Progress, RollbackFacts, State
+from tests.plans import (
+    REPO,
+    T0,
+    World,
+    alert_topics,
+    command,
+    example_plan,
+    results,
+    small_plan,
+    weights_set,
+)
+
+HOUR = timedelta(hours=1)
+MINUTE = timedelta(minutes=1)
+
+
+def at_first_canary() -> World:
+    """The example rollout with step 1 (canary 5%, 48h bake) entered and verified."""
+    return World(example_plan()).reach(1)
+
+
+def step_gates(world: World, verdict: Verdict, **overrides: Verdict) -> dict[str, GateResult]:
+    """``verdict`` for every gate of the current step (``overrides`` by name), evaluated now."""
+    gates = world.plan.gates_of(world.progress.step_index)
+    return results(world.now, {g: overrides.get(g, verdict) for g in gates})
+
+
+def rolled_back_world() -> World:
+    """An example rollout aborted at the first canary, rollback confirmed."""
+    world = at_first_canary()
+    world.tick(commands=[command("abort")])
+    world.tick()
+    assert world.state is State.ROLLED_BACK
+    return world
+
+
+# --- starting -------------------------------------------------------------------------------
+
+
+def test_first_tick_starts_the_rollout_and_mirrors_traffic_for_shadow() -> None:
+    """A pending rollout starts on its first tick, enters step 0 and asks for mirrored weight 0."""
+    world = World(example_plan())
+    decision = world.tick()
+    assert decision.state is State.RUNNING
+    assert decision.progress.started_at == T0
+    assert (decision.progress.step_index, decision.progress.step_entered_at) == (0, T0)
+    set_weights = [a for a in decision.actions if isinstance(a, SetWeight)]
+    assert set_weights == [SetWeight("step-0/weight-0-mirror", 0, mirror=True)]
+
+
+def test_abort_of_a_pending_rollout_ends_aborted_without_moving_traffic() -> None:
+    """Aborting before the first tick ends the rollout ``aborted`` with no weight change."""
+    world = World(example_plan())
+    decision = world.tick(commands=[command("abort")])
+    assert decision.state is State.ABORTED
+    assert weights_set(decision.actions) == []
+    assert [o.applied for o in decision.outcomes] == [True]
+    assert decision.progress.rollback is None
+
+
+def test_preflight_error_on_a_pending_rollout_ends_failed() -> None:
+    """A preflight error ends the rollout ``failed`` with a critical alert and no weight change."""
+    world = World(example_plan())
+    decision = world.tick(preflight_error="canary replica gpu-d is unreachable")
+    assert decision.state is State.FAILED
+    assert weights_set(decision.actions) == []
+    (alert,) = [a for a in decision.actions if isinstance(a, Alert)]
+    assert alert.severity == "critical"
+    assert "gpu-d is unreachable" in alert.text
+
+
+def test_commands_other_than_abort_are_rejected_before_the_start() -> None:
+    """A promote sent to a pending rollout is rejected and the rollout starts normally."""
+    world = World(example_plan())
+    decision = world.tick(commands=[command("promote")])
+    assert [o.applied for o in decision.outcomes] == [False]
+    assert decision.state is State.RUNNING
+    assert decision.progress.step_index == 0
+
+
+# --- reaching a step ------------------------------------------------------------------------
+
+
+def test_step_is_reached_when_the_router_reads_its_weight_and_the_action_is_done() -> None:
+    """The tick after the weight lands, the step is verified and its bake clock starts."""
+    world = World(example_plan())
+    world.tick()
+    assert world.progress.step_verified_at is None
+    world.wait(MINUTE)
+    decision = world.tick()
+    assert decision.progress.step_verified_at == world.now
+    assert decision.progress.bake_mark == world.now
+
+
+def test_a_lagging_router_keeps_the_step_unverified_and_the_bake_stopped() -> None:
+    """While the router still reads the old weight, the step is not reached and no bake accrues."""
+    world = at_first_canary()
+    world.lag = 3
+    world.wait(world.plan.steps[1].hold_for())
+    world.tick(world.passing())
+    assert world.progress.step_index == 2
+    for _ in range(3):
+        world.wait(HOUR)
+        world.tick(world.passing())
+        assert world.progress.step_verified_at is None
+        assert world.progress.baked(world.now) == timedelta(0)
+    world.wait(HOUR)
+    world.tick(world.passing())
+    assert world.progress.step_verified_at == world.now
+
+
+def test_a_router_reading_the_weight_without_the_action_done_does_not_verify() -> None:
+    """The weight read back is not enough: the step's own set-weight action must be done."""
+    world = World(example_plan(), mark_done=False)
+    world.tick()
+    world.wait(HOUR)
+    decision = world.tick()
+    assert world.router_weight == 0
+    assert decision.progress.step_verified_at is None
+
+
+def test_a_done_action_with_the_router_reading_another_weight_does_not_verify() -> None:
+    """The action key is done but the router reads 0, not 5: step 1 stays unverified."""
+    plan = example_plan()
+    progress = replace(World(plan).reach(1).progress, step_verified_at=None, bake_mark=None)
+    decision = decide(
+        plan,
+        progress,
+        verdicts={},
+        commands=[],
+        observed=Observed(router_weight=0, done_actions=frozenset({weight_key(1, 5, False)})),
+        now=T0 + 100 * HOUR,
+    )
+    assert decision.progress.step_verified_at is None
+
+
+# --- completing a step ----------------------------------------------------------------------
+
+
+def test_a_step_completes_when_its_bake_elapsed_and_every_gate_passed() -> None:
+    """At 48h with every gate passing, canary 5% completes and 25% is requested."""
+    world = at_first_canary()
+    world.wait(timedelta(hours=48))
+    decision = world.tick(step_gates(world, Verdict.PASS))
+    assert decision.progress.step_index == 2
+    assert weights_set(decision.actions) == [("step-2/weight-25", 25)]
+
+
+def test_a_step_does_not_complete_before_its_bake_elapsed() -> None:
+    """One second short of the 48h bake, passing gates do not complete the step."""
+    world = at_first_canary()
+    world.wait(timedelta(hours=48) - timedelta(seconds=1))
+    decision = world.tick(step_gates(world, Verdict.PASS))
+    assert decision.progress.step_index == 1
+    assert weights_set(decision.actions) == []
+
+
+@pytest.mark.parametrize("holding", [Verdict.FAIL, Verdict.INCONCLUSIVE, Verdict.PENDING, None])
+def test_a_step_holds_while_any_gate_is_not_passing(holding: Verdict | None) -> None:
+    """After the bake, one gate that failed, is inconclusive, pending or absent holds the step."""
+    world = at_first_canary()
+    world.wait(timedelta(hours=49))
+    verdicts = step_gates(world, Verdict.PASS)
+    if holding is None:
+        del verdicts["queue_timeouts"]
+    else:
+        verdicts["queue_timeouts"] = GateResult(holding, world.now)
+    decision = world.tick(verdicts)
+    assert decision.progress.step_index == 1
+    assert decision.state is State.RUNNING
+
+
+def test_a_pass_from_before_the_step_was_verified_does_not_count() -> None:
+    """A gate that last passed a second before the weight was verified still holds the step."""
+    world = at_first_canary()
+    verified = world.progress.step_verified_at
+    assert verified is not None
+    world.wait(timedelta(hours=48))
+    verdicts = step_gates(world, Verdict.PASS)
+    verdicts["queue_timeouts"] = GateResult(Verdict.PASS, verified - timedelta(seconds=1))
+    assert world.tick(verdicts).progress.step_index == 1
+    verdicts["queue_timeouts"] = GateResult(Verdict.PASS, verified)
+    assert world.tick(verdicts).progress.step_index == 2
+
+
+# --- gate failures and breaches -------------------------------------------------------------
+
+
+def test_a_failing_step_gate_holds_without_rolling_back() -> None:
+    """FAIL on a step gate (not a trigger) keeps the step running and moves no traffic."""
+    world = at_first_canary()
+    world.wait(HOUR)
+    decision = world.tick(step_gates(world, Verdict.PASS, queue_timeouts=Verdict.FAIL))
+    assert decision.state is State.RUNNING
+    assert decision.progress.rollback is None
+    assert weights_set(decision.actions) == []
+
+
+def test_a_breach_on_a_step_gate_starts_the_rollback() -> None:
+    """BREACH on a step gate rolls back at once, naming the gate."""
+    world = at_first_canary()
+    world.wait(HOUR)
+    decision = world.tick(step_gates(world, Verdict.PASS, queue_timeouts=Verdict.BREACH))
+    assert decision.state is State.ROLLING_BACK
+    assert weights_set(decision.actions) == [(ROLLBACK_WEIGHT_KEY, 0)]
+    assert decision.progress.rollback is not None
+    assert decision.progress.rollback.gate == "queue_timeouts"
+    assert "rollback_started" in alert_topics(decision.actions)
+
+
+@pytest.mark.parametrize("verdict", [Verdict.FAIL, Verdict.BREACH])
+@pytest.mark.parametrize("step", range(6))
+def test_a_failing_rollback_trigger_rolls_back_at_every_step(step: int, verdict: Verdict) -> None:
+    """FAIL or BREACH of a trigger rolls back at shadow, canary, pause, full and steady alike."""
+    world = World(example_plan()).reach(step)
+    world.wait(MINUTE)
+    decision = world.tick(results(world.now, {"canary_oom": verdict}))
+    assert decision.state is State.ROLLING_BACK
+    assert decision.progress.rollback is not None
+    assert decision.progress.rollback.gate == "canary_oom"
+    assert weights_set(decision.actions) == [(ROLLBACK_WEIGHT_KEY, 0)]
+
+
+def test_a_failing_rollback_trigger_rolls_back_while_operator_paused() -> None:
+    """An operator pause does not stop the triggers: a FAIL still rolls back."""
+    world = at_first_canary()
+    world.tick(commands=[command("pause")])
+    assert world.state is State.PAUSED
+    world.wait(MINUTE)
+    decision = world.tick(results(world.now, {"exactness_drop": Verdict.FAIL}))
+    assert decision.state is State.ROLLING_BACK
+    assert decision.progress.paused is None
+
+
+def test_a_trigger_result_from_before_the_rollout_started_is_ignored() -> None:
+    """A breach evaluated before the rollout started is old news and does not roll back."""
+    world = World(example_plan())
+    world.tick()
+    world.wait(MINUTE)
+    stale = {"canary_oom": GateResult(Verdict.BREACH, T0 - timedelta(seconds=1))}
+    assert world.tick(stale).state is State.RUNNING
+
+
+def test_the_trigger_blamed_for_a_rollback_does_not_depend_on_the_hash_seed() -> None:
+    """With every trigger breaching, every interpreter blames the same one: the first listed."""
+    script = textwrap.dedent(
+        """
+        from datetime import timedelta
+        from rolloutd.actions import Verdict
+        from tests.plans import World, every_gate, example_plan
+        world = World(example_plan()).reach(1)
+        world.wait(timedelta(minutes=1))
+        print(world.tick(every_gate(world.plan, Verdict.BREACH, world.now)).progress.rollback.gate)
+        """
+    )
+    runs = [
+        subprocess.Popen(
+            [sys.executable, "-c", script],
+            cwd=REPO,
+            env={**os.environ, "PYTHONHASHSEED": str(seed), "PYTHONPATH": str(REPO)},
+            stdout=subprocess.PIPE,
+            text=True,
+        )
+        for seed in (0, 1)
+    ]
+    blamed = {run.communicate(timeout=60)[0].strip() for run in runs}
+    assert blamed == {"queue_timeouts_breach"}
+
+
+# --- abort and rollback ---------------------------------------------------------------------
+
+
+def test_abort_starts_the_rollback_with_weight_zero() -> None:
+    """Abort sets weight 0 under the rollback key and reports ``rolling_back``."""
+    world = at_first_canary()
+    decision = world.tick(commands=[command("abort")])
+    assert decision.state is State.ROLLING_BACK
+    assert [a for a in decision.actions if isinstance(a, SetWeight)] == [
+        SetWeight(ROLLBACK_WEIGHT_KEY, 0, mirror=False)
+    ]
+    assert [o.applied for o in decision.outcomes] == [True]
+
+
+def test_a_rollback_is_not_finished_in_the_tick_that_starts_it() -> None:
+    """Even with the router already at 0 (shadow), the rollback waits for its own action."""
+    world = World(example_plan()).reach(0)
+    assert world.router_weight == 0
+    decision = world.tick(commands=[command("abort")])
+    assert decision.state is State.ROLLING_BACK
+
+
+def test_a_rollback_ends_only_when_its_action_is_done_and_the_router_reads_zero() -> None:
+    """Action done but router still at 5%: rolling back; router at 0: rolled back."""
+    world = at_first_canary()
+    world.lag = 1
+    world.tick(commands=[command("abort")])
+    world.wait(MINUTE)
+    assert world.tick().state is State.ROLLING_BACK
+    assert world.router_weight == 5
+    world.wait(MINUTE)
+    decision = world.tick()
+    assert world.router_weight == 0
+    assert decision.state is State.ROLLED_BACK
+    assert decision.progress.ended_at == world.now
+
+
+def test_a_rollback_whose_action_is_not_done_does_not_end() -> None:
+    """The router reads 0 but the rollback action is not marked done: still rolling back."""
+    world = at_first_canary()
+    world.mark_done = False
+    world.tick(commands=[command("abort")])
+    world.wait(HOUR)
+    decision = world.tick()
+    assert world.router_weight == 0
+    assert decision.state is State.ROLLING_BACK
+
+
+@pytest.mark.parametrize("kind", ["promote", "pause", "resume", "abort"])
+def test_commands_are_rejected_while_rolling_back(kind: CommandKind) -> None:
+    """Once rolling back, every command is rejected with the reason."""
+    world = at_first_canary()
+    world.mark_done = False
+    world.tick(commands=[command("abort")])
+    decision = world.tick(commands=[command(kind)])
+    (outcome,) = decision.outcomes
+    assert (outcome.applied, outcome.detail) == (False, "the rollout is rolling back")
+    assert weights_set(decision.actions) == []
+
+
+# --- promote --------------------------------------------------------------------------------
+
+
+def test_reaching_a_pause_step_awaits_promotion_with_an_alert() -> None:
+    """Entering the manual pause alerts and reports ``awaiting_promotion`` at 25%."""
+    world = World(example_plan()).reach(2)
+    world.wait(timedelta(hours=48))
+    decision = world.tick(world.passing())
+    assert decision.progress.step_index == 3
+    assert decision.state is State.AWAITING_PROMOTION
+    assert "awaiting_promotion" in alert_topics(decision.actions)
+    assert weights_set(decision.actions) == [("step-3/weight-25", 25)]
+
+
+def test_an_awaiting_promotion_step_waits_indefinitely_without_promote() -> None:
+    """A month of passing gates does not end a manual pause."""
+    world = World(example_plan()).reach(3)
+    world.wait(timedelta(days=30))
+    assert world.tick(world.passing()).state is State.AWAITING_PROMOTION
+
+
+def test_promote_ends_an_awaiting_promotion_step() -> None:
+    """Promote at the manual pause moves to the full step at 100%."""
+    world = World(example_plan()).reach(3)
+    decision = world.tick(commands=[command("promote")])
+    assert [o.applied for o in decision.outcomes] == [True]
+    assert decision.progress.step_index == 4
+    assert weights_set(decision.actions) == [("step-4/weight-100", 100)]
+
+
+def test_a_timed_pause_ends_by_itself_after_its_duration() -> None:
+    """The small plan's 30m pause after shadow completes once 30m have passed."""
+    world = World(small_plan()).reach(1)
+    assert world.state is State.RUNNING
+    world.wait(timedelta(minutes=29))
+    assert world.tick().progress.step_index == 1
+    world.wait(MINUTE)
+    assert world.tick().progress.step_index == 2
+
+
+def test_promote_on_a_canary_step_ends_the_bake_but_gates_must_still_pass() -> None:
+    """A promoted canary completes before its bake once, and only once, its gates pass."""
+    world = at_first_canary()
+    world.wait(HOUR)
+    decision = world.tick(step_gates(world, Verdict.PENDING), [command("promote")])
+    assert [o.applied for o in decision.outcomes] == [True]
+    assert decision.progress.step_index == 1
+    world.wait(MINUTE)
+    assert world.tick(step_gates(world, Verdict.PASS)).progress.step_index == 2
+
+
+def test_promote_full_jumps_to_the_full_step() -> None:
+    """``promote --full`` at 5% skips to the full step and asks for 100%."""
+    world = at_first_canary()
+    decision = world.tick(commands=[command("promote", full=True)])
+    assert decision.progress.step_index == 4
+    assert weights_set(decision.actions) == [("step-4/weight-100", 100)]
+
+
+def test_promote_full_at_the_full_step_is_rejected() -> None:
+    """There is nothing to skip once the rollout is at its full step."""
+    world = World(example_plan()).reach(4)
+    decision = world.tick(commands=[command("promote", full=True)])
+    (outcome,) = decision.outcomes
+    assert not outcome.applied
+    assert outcome.detail == "the rollout is already at or past its 'full' step"
+
+
+def test_promote_while_paused_is_rejected() -> None:
+    """A paused rollout must be resumed before it can be promoted."""
+    world = at_first_canary()
+    world.tick(commands=[command("pause")])
+    decision = world.tick(commands=[command("promote")])
+    (outcome,) = decision.outcomes
+    assert (outcome.applied, outcome.detail) == (False, "the rollout is paused; resume it first")
+    assert decision.progress.step_index == 1
+
+
+def test_promote_late_in_a_bake_does_not_trip_the_progress_deadline() -> None:
+    """Promoting 20h into a 48h bake (12h deadline) with a gate still pending does not roll back."""
+    world = at_first_canary()
+    world.wait(timedelta(hours=20))
+    holding = step_gates(world, Verdict.PASS, queue_timeouts=Verdict.PENDING)
+    decision = world.tick(holding, [command("promote")])
+    assert decision.state is State.RUNNING
+
+
+def test_after_a_promote_the_progress_deadline_runs_from_the_promotion() -> None:
+    """Promoted at 20h of bake with a 12h deadline: held at 32h, rolled back just after."""
+    world = at_first_canary()
+    world.wait(timedelta(hours=20))
+    world.tick(commands=[command("promote")])
+    world.wait(timedelta(hours=12))
+    holding = step_gates(world, Verdict.PASS, queue_timeouts=Verdict.PENDING)
+    assert world.tick(holding).state is State.RUNNING
+    world.wait(timedelta(seconds=1))
+    decision = world.tick(step_gates(world, Verdict.PASS, queue_timeouts=Verdict.PENDING))
+    assert decision.state is State.ROLLING_BACK
+    assert decision.progress.rollback is not None
+    assert "queue_timeouts" in decision.progress.rollback.cause
+
+
+# --- pause and resume -----------------------------------------------------------------------
+
+
+def test_pause_and_resume_hold_and_continue_the_bake_clock() -> None:
+    """A 48h bake paused for 10h completes at 58h of wall time, not before."""
+    world = at_first_canary()
+    verified = world.now
+    world.wait(timedelta(hours=20))
+    world.tick(commands=[command("pause")])
+    world.wait(timedelta(hours=10))
+    world.tick(commands=[command("resume")])
+    world.wait(timedelta(hours=28) - timedelta(seconds=1))
+    assert world.tick(step_gates(world, Verdict.PASS)).progress.step_index == 1
+    world.wait(timedelta(seconds=1))
+    assert world.now - verified == timedelta(hours=58)
+    assert world.tick(step_gates(world, Verdict.PASS)).progress.step_index == 2
+
+
+def test_an_operator_paused_step_does_not_complete() -> None:
+    """With the bake elapsed and gates passing, a paused rollout stays where it is."""
+    world = at_first_canary()
+    world.wait(timedelta(hours=47))
+    world.tick(commands=[command("pause")])
+    world.wait(timedelta(days=5))
+    decision = world.tick(step_gates(world, Verdict.PASS))
+    assert (decision.state, decision.progress.step_index) == (State.PAUSED, 1)
+    assert decision.progress.baked(world.now) == timedelta(hours=47)
+
+
+@pytest.mark.parametrize(
+    ("first", "second", "why"),
+    [
+        ("pause", "pause", "the rollout is already paused"),
+        (None, "resume", "the rollout is not paused (it is running)"),
+    ],
+)
+def test_pause_twice_and_resume_when_running_are_rejected(
+    first: CommandKind | None, second: CommandKind, why: str
+) -> None:
+    """A second pause, or a resume of a running rollout, is rejected with the reason."""
+    world = at_first_canary()
+    if first is not None:
+        world.tick(commands=[command(first)])
+    (outcome,) = world.tick(commands=[command(second)]).outcomes
+    assert (outcome.applied, outcome.detail) == (False, why)
+
+
+# --- inconclusive evaluations ---------------------------------------------------------------
+
+
+def inconclusive_ticks(world: World, count: int, gate: str = "healthy") -> None:
+    """``count`` fresh inconclusive evaluations of ``gate``, one minute apart."""
+    for _ in range(count):
+        world.wait(MINUTE)
+        world.tick(results(world.now, {gate: Verdict.INCONCLUSIVE}))
+
+
+def test_inconclusive_evaluations_up_to_the_limit_do_not_pause() -> None:
+    """Three inconclusive evaluations in a row (the limit) leave the rollout running."""
+    world = World(small_plan(max_inconclusive=3)).reach(0)
+    inconclusive_ticks(world, 3)
+    assert world.state is State.RUNNING
+
+
+def test_more_inconclusive_evaluations_than_the_limit_pause_with_an_alert() -> None:
+    """The fourth inconclusive evaluation in a row pauses the rollout and alerts."""
+    world = World(small_plan(max_inconclusive=3)).reach(0)
+    inconclusive_ticks(world, 4)
+    assert world.state is State.PAUSED
+    assert world.progress.paused == "inconclusive"
+    (alert,) = [a for a in world.decisions[-1].actions if isinstance(a, Alert)]
+    assert (alert.topic, alert.severity) == ("inconclusive_limit", "warning")
+
+
+def test_the_same_inconclusive_evaluation_seen_twice_counts_once() -> None:
+    """Ticks that see an evaluation already counted do not lengthen the streak."""
+    world = World(small_plan(max_inconclusive=3)).reach(0)
+    inconclusive_ticks(world, 3)
+    stale = results(world.now, {"healthy": Verdict.INCONCLUSIVE})
+    for _ in range(5):
+        world.wait(MINUTE)
+        world.tick(stale)
+    assert world.state is State.RUNNING
+    assert world.progress.inconclusive_streaks["healthy"] == 3
+
+
+def test_a_conclusive_evaluation_resets_the_inconclusive_streak() -> None:
+    """A FAIL between inconclusive runs starts the count again."""
+    world = World(small_plan(max_inconclusive=3)).reach(0)
+    inconclusive_ticks(world, 3)
+    world.wait(MINUTE)
+    world.tick(results(world.now, {"healthy": Verdict.FAIL}))
+    inconclusive_ticks(world, 3)
+    assert world.state is State.RUNNING
+
+
+def test_inconclusive_rollback_trigger_evaluations_count_too() -> None:
+    """A rollback trigger without data for too long pauses the rollout like a step gate."""
+    world = World(small_plan(max_inconclusive=3)).reach(0)
+    inconclusive_ticks(world, 4, gate="crash")
+    assert world.progress.paused == "inconclusive"
+
+
+def test_too_many_inconclusive_with_on_inconclusive_rollback_rolls_back() -> None:
+    """With ``on_inconclusive: rollback`` the limit starts a rollback instead of a pause."""
+    world = World(small_plan(max_inconclusive=3, on_inconclusive="rollback")).reach(0)
+    inconclusive_ticks(world, 4)
+    assert world.state is State.ROLLING_BACK
+    assert weights_set(world.decisions[-1].actions) == [(ROLLBACK_WEIGHT_KEY, 0)]
+
+
+def test_an_inconclusive_pause_lifts_by_itself_when_data_returns() -> None:
+    """A conclusive evaluation after an inconclusive pause resumes the rollout without anyone."""
+    world = World(small_plan(max_inconclusive=3)).reach(0)
+    inconclusive_ticks(world, 4)
+    world.wait(MINUTE)
+    decision = world.tick(results(world.now, {"healthy": Verdict.PASS}))
+    assert decision.state is State.RUNNING
+    assert decision.progress.paused is None
+
+
+def test_an_operator_pause_does_not_lift_when_data_returns() -> None:
+    """Data coming back after inconclusive evaluations leaves an operator's pause in place."""
+    world = World(small_plan(max_inconclusive=3)).reach(0)
+    world.tick(commands=[command("pause")])
+    inconclusive_ticks(world, 4)
+    world.wait(MINUTE)
+    decision = world.tick(results(world.now, {"healthy": Verdict.PASS}))
+    assert decision.state is State.PAUSED
+    assert decision.progress.paused == "operator"
+
+
+def test_an_inconclusive_pause_holds_the_bake_clock() -> None:
+    """Time spent paused for missing data does not count towards the bake."""
+    world = World(small_plan(max_inconclusive=3)).reach(0)
+    inconclusive_ticks(world, 4)
+    baked = world.progress.baked(world.now)
+    world.wait(timedelta(hours=5))
+    world.tick(results(world.now - HOUR, {"healthy": Verdict.INCONCLUSIVE}))
+    assert world.progress.baked(world.now) == baked
+
+
+# --- the progress deadline ------------------------------------------------------------------
+
+
+def test_a_step_whose_gates_do_not_pass_within_the_deadline_after_its_bake_rolls_back() -> None:
+    """Bake 48h + deadline 12h: still holding at 60h, rolled back just after, naming the gate."""
+    world = at_first_canary()
+    world.wait(timedelta(hours=60))
+    failing = step_gates(world, Verdict.PASS, queue_timeouts=Verdict.FAIL)
+    assert world.tick(failing).state is State.RUNNING
+    world.wait(timedelta(seconds=1))
+    decision = world.tick(step_gates(world, Verdict.PASS, queue_timeouts=Verdict.FAIL))
+    assert decision.state is State.ROLLING_BACK
+    assert decision.progress.rollback is not None
+    assert "queue_timeouts" in decision.progress.rollback.cause
+
+
+def test_a_router_that_never_confirms_the_weight_within_the_deadline_rolls_back() -> None:
+    """A router stuck at 5% makes step 2 (25%) roll back 12h after it was entered."""
+    world = at_first_canary()
+    world.lag = None
+    world.wait(timedelta(hours=48))
+    world.tick(step_gates(world, Verdict.PASS))
+    entered = world.progress.step_entered_at
+    assert (world.progress.step_index, entered) == (2, world.now)
+    world.wait(timedelta(hours=12))
+    assert world.tick(world.passing()).state is State.RUNNING
+    world.wait(timedelta(seconds=1))
+    decision = world.tick(world.passing())
+    assert world.router_weight == 5
+    assert decision.state is State.ROLLING_BACK
+    assert decision.progress.rollback is not None
+    assert "did not confirm 25% within 12h" in decision.progress.rollback.cause
+
+
+def test_a_deadline_rollback_names_a_gate_whose_last_pass_predates_the_step() -> None:
+    """A gate whose newest pass is older than the step's verification is named as the hold-up."""
+    world = World(small_plan()).reach(0)
+    verified = world.progress.step_verified_at
+    assert verified is not None
+    world.wait(timedelta(hours=7, seconds=1))  # shadow 1h + deadline 6h
+    decision = world.tick(results(verified - MINUTE, {"healthy": Verdict.PASS}))
+    assert decision.state is State.ROLLING_BACK
+    assert decision.progress.rollback is not None
+    assert "healthy" in decision.progress.rollback.cause
+
+
+def test_without_a_deadline_a_failing_step_holds_forever() -> None:
+    """With no progress deadline, a gate failing for a year holds the step without rollback."""
+    world = World(small_plan()).reach(2)
+    plan = world.plan.model_copy(
+        update={"limits": world.plan.limits.model_copy(update={"progress_deadline": None})}
+    )
+    world.plan = plan
+    world.wait(timedelta(days=365))
+    decision = world.tick(step_gates(world, Verdict.FAIL))
+    assert (decision.state, decision.progress.step_index) == (State.RUNNING, 2)
+
+
+# --- terminal states ------------------------------------------------------------------------
+
+
+def _terminal_worlds() -> dict[str, World]:
+    completed = World(small_plan())
+    for _ in range(20):
+        if completed.state is State.COMPLETED:
+            break
+        completed.wait(timedelta(hours=3))
+        completed.happy_tick()
+    aborted, failed = World(example_plan()), World(example_plan())
+    aborted.tick(commands=[command("abort")])
+    failed.tick(preflight_error="no")
+    return {
+        "rolled_back": rolled_back_world(),
+        "completed": completed,
+        "aborted": aborted,
+        "failed": failed,
+    }
+
+
+@pytest.mark.parametrize("ending", ["rolled_back", "completed", "aborted", "failed"])
+def test_nothing_moves_a_terminal_rollout(ending: str) -> None:
+    """Breaching gates, a month of time and every command leave a terminal rollout unchanged."""
+    world = _terminal_worlds()[ending]
+    assert world.state is State(ending)
+    before = world.progress
+    world.wait(timedelta(days=30))
+    commands = [command(k) for k in ("promote", "pause", "resume", "abort")]
+    commands.append(command("promote", full=True))
+    decision = world.tick(every_gate_breaching(world), commands)
+    assert decision.progress == before
+    assert decision.actions == ()
+    assert decision.state is State(ending)
+    assert [o.applied for o in decision.outcomes] == [False] * 5
+    assert all(f"the rollout has ended ({ending})" == o.detail for o in decision.outcomes)
+
+
+def every_gate_breaching(world: World) -> dict[str, GateResult]:
+    """Every gate of the plan breaching now."""
+    return results(world.now, dict.fromkeys(world.plan.gates, Verdict.BREACH))
+
+
+@pytest.mark.parametrize("kind", ["promote", "pause", "resume", "abort"])
+def test_refusal_explains_that_a_rolled_back_rollout_has_ended(kind: str) -> None:
+    """``refusal`` (what rolloutctl asks first) rejects every command after the end."""
+    world = rolled_back_world()
+    assert refusal(world.plan, world.progress, kind) == "the rollout has ended (rolled_back)"
+
+
+# --- the whole way --------------------------------------------------------------------------
+
+
+def test_the_example_plan_runs_to_completed_at_weight_100() -> None:
+    """Shadow, 5%, 25%, promotion, full and a 7-day steady watch end ``completed`` at 100%."""
+    world = World(example_plan())
+    for _ in range(40):
+        if world.state is State.COMPLETED:
+            break
+        world.wait(timedelta(hours=12))
+        world.happy_tick()
+    assert world.state is State.COMPLETED
+    assert world.router_weight == 100
+    assert [w for _, w in weights_set(world.actions)] == [0, 5, 25, 25, 100, 100]
+    assert world.progress.ended_at is not None
+    assert world.progress.ended_at - T0 >= timedelta(hours=24 + 48 + 48, days=7)
+    assert "completed" in alert_topics(world.actions)
+
+
+# --- states and storage ---------------------------------------------------------------------
+
+
+def test_state_of_is_derived_from_the_facts() -> None:
+    """Pending, running, paused, awaiting promotion, rolling back and ended follow the facts."""
+    plan = example_plan()
+    started = Progress(started_at=T0, step_entered_at=T0)
+    rollback = RollbackFacts("abort", T0)
+    assert state_of(plan, Progress()) is State.PENDING
+    assert state_of(plan, started) is State.RUNNING
+    assert state_of(plan, replace(started, paused="operator")) is State.PAUSED
+    assert state_of(plan, replace(started, step_index=3)) is State.AWAITING_PROMOTION
+    assert state_of(plan, replace(started, rollback=rollback)) is State.ROLLING_BACK
+    ended = replace(started, rollback=rollback, ended="rolled_back", ended_at=T0)
+    assert state_of(plan, ended) is State.ROLLED_BACK
+
+
+def _busy_progress() -> Progress:
+    return Progress(
+        started_at=T0,
+        step_index=2,
+        step_entered_at=T0 + HOUR,
+        step_verified_at=T0 + 2 * HOUR,
+        baked_seconds=1234.5,
+        bake_mark=T0 + 3 * HOUR,
+        promoted=True,
+        promoted_after_seconds=600.0,
+        paused="inconclusive",
+        inconclusive_streaks={"queue_timeouts": 4, "canary_oom": 0},
+        last_seen={"queue_timeouts": T0 + 4 * HOUR},
+        rollback=RollbackFacts("gate canary_oom breached", T0 + 5 * HOUR, gate="canary_oom"),
+        ended="rolled_back",
+        ended_at=T0 + 6 * HOUR,
+    )
+
+
+@pytest.mark.parametrize("progress", [Progress(), _busy_progress()], ids=["fresh", "busy"])
+def test_progress_round_trips_through_storage_and_json(progress: Progress) -> None:
+    """``from_storage(for_storage())`` gives back equal progress, also after a JSON round trip."""
+    stored = progress.for_storage()
+    assert Progress.from_storage(stored) == progress
+    assert Progress.from_storage(json.loads(json.dumps(stored))) == progress
+
+
+def test_weight_key_names_step_weight_and_mirroring() -> None:
+    """A weight key names the step, the weight and whether traffic is mirrored."""
+    assert weight_key(0, 0, True) == "step-0/weight-0-mirror"
+    assert weight_key(2, 25, False) == "step-2/weight-25"
