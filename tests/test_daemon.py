@@ -1,0 +1,163 @@
+"""The daemon in-process: scheduling across rollouts, the health endpoint, and its logs."""
+
+from __future__ import annotations
+
+import io
+import json
+import threading
+import time
+import urllib.request
+from collections.abc import Iterator
+from datetime import datetime, timedelta
+from typing import TYPE_CHECKING
+
+import pytest
+import structlog
+import yaml
+from pydantic import SecretStr
+
+from rolloutd.analysis.base import Measurement, MetricsSource, Pool
+from rolloutd.analysis.sources import MemoryMetrics
+from rolloutd.daemon import Daemon
+from rolloutd.logs import configure_logging
+from rolloutd.operations import start_rollout
+from rolloutd.plan import Plan
+from rolloutd.planfile import parse_plan
+from rolloutd.redact import register_secret
+from rolloutd.routers.base import MemoryRouter, Router
+from rolloutd.settings import Settings
+from rolloutd.store import queries
+
+if TYPE_CHECKING:
+    from conftest import StoreHandle
+
+
+def _plan(service: str) -> dict[str, object]:
+    return {
+        "name": f"{service}-plan",
+        "service": service,
+        "environment": "staging",
+        "pools": {
+            "stable": {"replicas": [{"name": "s0", "url": "http://127.0.0.1:9"}]},
+            "canary": {"replicas": [{"name": "c0", "url": "http://127.0.0.1:9"}]},
+        },
+        "router": {"driver": "memory"},
+        "metrics": {"source": "memory"},
+        "artefacts": {"stable": "a", "canary": "b"},
+        "interval": "200ms",
+        "trigger_interval": "200ms",
+        "gates": {"oom": {"kind": "events", "signal": "oom_events"}},
+        "steps": [{"kind": "canary", "weight": 5, "bake": "1h"}, {"kind": "full"}],
+        "rollback": {"triggers": ["oom"]},
+    }
+
+
+class SlowMetrics:
+    """A metrics source that takes ``seconds`` to answer, like a Prometheus under load."""
+
+    def __init__(self, seconds: float) -> None:
+        self.seconds = seconds
+
+    def measure(self, signal: str, pool: Pool, window: timedelta, now: datetime) -> Measurement:
+        time.sleep(self.seconds)
+        return Measurement(0.0, query="slow")
+
+
+class PerService:
+    """Drivers whose metrics source depends on the rollout's service."""
+
+    def __init__(self, sources: dict[str, MetricsSource]) -> None:
+        self.sources = sources
+        self.routers: dict[int, Router] = {}
+
+    def router(self, rollout_id: int, plan: Plan) -> Router:
+        return self.routers.setdefault(rollout_id, MemoryRouter())
+
+    def metrics(self, rollout_id: int, plan: Plan) -> MetricsSource:
+        return self.sources[plan.service]
+
+
+@pytest.fixture
+def running(store: StoreHandle) -> Iterator[tuple[Daemon, PerService]]:
+    """A leading daemon in a thread, with fast rollouts of two services (one with slow metrics)."""
+    fast = MemoryMetrics()
+    fast.set("oom_events", "canary", 0)
+    drivers = PerService({"slow": SlowMetrics(3.0), "fast": fast})
+    settings = Settings(database_url=SecretStr(store.url), lease_ttl_seconds=5)
+    daemon = Daemon(settings, drivers=drivers, loop_seconds=0.1, health_port=0)
+    thread = threading.Thread(target=daemon.run, daemon=True)
+    thread.start()
+    yield daemon, drivers
+    daemon.stopping.set()
+    thread.join(timeout=15)
+    assert not thread.is_alive()
+
+
+def _start(store: StoreHandle, service: str) -> int:
+    with store.sessions.begin() as session:
+        loaded = parse_plan(yaml.safe_dump(_plan(service)), f"{service}.yaml")
+        return start_rollout(session, loaded, actor="alice", now=datetime.now().astimezone())
+
+
+def _evaluations(store: StoreHandle, rollout_id: int) -> int:
+    with store.sessions() as session:
+        return len(queries.recent_values(session, rollout_id, "oom", 1000))
+
+
+def _wait(predicate: object, timeout: float) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():  # type: ignore[operator]
+            return
+        time.sleep(0.05)
+    raise AssertionError("condition not met in time")
+
+
+def test_a_slow_tick_of_one_rollout_does_not_delay_the_others(
+    store: StoreHandle, running: tuple[Daemon, PerService]
+) -> None:
+    """While one rollout's metrics take 3 s, another rollout keeps ticking every 200 ms."""
+    daemon, _ = running
+    slow = _start(store, "slow")
+    fast = _start(store, "fast")
+    _wait(lambda: _evaluations(store, slow) >= 1 or _evaluations(store, fast) >= 3, 10)
+    before_fast, before_slow = _evaluations(store, fast), _evaluations(store, slow)
+    time.sleep(2.0)
+    assert _evaluations(store, fast) - before_fast >= 5
+    assert _evaluations(store, slow) - before_slow <= 1
+    assert daemon.held is not None
+
+
+def test_health_endpoint_reports_the_role(
+    store: StoreHandle, running: tuple[Daemon, PerService]
+) -> None:
+    """/healthz answers 200 with role 'leader' once the daemon leads; other paths are 404."""
+    daemon, _ = running
+    _wait(lambda: daemon.held is not None and daemon._health is not None, 10)
+    assert daemon._health is not None
+    base = f"http://127.0.0.1:{daemon._health.port}"
+    with urllib.request.urlopen(f"{base}/healthz", timeout=5) as response:
+        body = json.load(response)
+        assert response.status == 200
+    assert body["role"] == "leader" and body["epoch"] >= 1
+    with pytest.raises(urllib.error.HTTPError) as missing:
+        urllib.request.urlopen(f"{base}/metrics-nope", timeout=5)
+    assert missing.value.code == 404
+
+
+def test_logs_are_json_lines_with_secrets_scrubbed(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Log lines are JSON with bound fields; registered secrets and URL passwords become ***."""
+    stream = io.StringIO()
+    monkeypatch.setattr("sys.stderr", stream)
+    configure_logging("info", json_lines=True)
+    register_secret("s3cr3t-token-value")
+    log = structlog.get_logger("test").bind(rollout=7)
+    log.error(
+        "cannot reach",
+        url="postgresql://ops:hunter2@db.internal/rolloutd",
+        hook="https://hooks.slack.com/services/s3cr3t-token-value",
+    )
+    line = json.loads(stream.getvalue().strip().splitlines()[-1])
+    assert line["rollout"] == 7 and line["event"] == "cannot reach"
+    assert "hunter2" not in stream.getvalue() and "s3cr3t" not in stream.getvalue()
+    assert line["url"] == "postgresql://ops:***@db.internal/rolloutd"
