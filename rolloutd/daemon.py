@@ -63,6 +63,7 @@ class Daemon:
         *,
         drivers: Drivers | None = None,
         clock: Clock = utc_now,
+        wall: Clock = utc_now,
         loop_seconds: float = 1.0,
         health_port: int | None = None,
         notifier: Notifier | None = None,
@@ -72,6 +73,7 @@ class Daemon:
         self.engine = make_engine(self.url)
         self.sessions = session_factory(self.engine)
         self.clock = clock
+        self.wall = wall
         self.loop_seconds = loop_seconds
         self.ttl = timedelta(seconds=settings.lease_ttl_seconds)
         self.instance = settings.instance_name or f"{socket.gethostname()}:{os.getpid()}"
@@ -80,13 +82,14 @@ class Daemon:
         self.held: lease.Held | None = None
         self.stopping = threading.Event()
         self.reload_requested = threading.Event()
-        self.last_loop = clock()
+        self.last_loop = wall()
         self.reconciler = Reconciler(
             self.sessions,
             drivers or PlanDrivers(),
             clock=clock,
             lease=lambda: self.held,
             instance=self.instance,
+            wall=wall,
         )
         self.scheduler = BackgroundScheduler(
             executors={"default": ThreadPoolExecutor(max_workers=8)},
@@ -120,7 +123,7 @@ class Daemon:
                 self.reload_requested.clear()
                 self._reload()
             self._lead_or_stand_by()
-            self.last_loop = self.clock()
+            self.last_loop = self.wall()
             if not ready:
                 self.notifier.ready(self._status())
                 ready = True
@@ -154,7 +157,7 @@ class Daemon:
         if self.held is not None:
             try:
                 with transaction(self.sessions) as session:
-                    now = self.clock()
+                    now = self.wall()
                     lease.release(session, self.held, now=now)
                     self._daemon_event(session, "leader_released", "gave up leadership", now)
             except (RolloutdError, SQLAlchemyError) as exc:
@@ -195,7 +198,7 @@ class Daemon:
         log.info("health endpoint", url=f"http://{host}:{self._health.port}/healthz")
 
     def _health_report(self) -> tuple[bool, dict[str, Any]]:
-        age = (self.clock() - self.last_loop).total_seconds()
+        age = (self.wall() - self.last_loop).total_seconds()
         healthy = age < max(10 * self.loop_seconds, 5.0)
         return healthy, {
             "role": "leader" if self.held else "standby",
@@ -227,7 +230,7 @@ class Daemon:
 
     def _lead_or_stand_by(self) -> None:
         was_leading = self.held is not None
-        now = self.clock()
+        now = self.wall()
         try:
             with transaction(self.sessions) as session:
                 if self.held is not None:

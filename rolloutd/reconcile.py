@@ -69,10 +69,13 @@ class Reconciler:
         clock: Callable[[], datetime],
         lease: Callable[[], Held | None],
         instance: str,
+        wall: Callable[[], datetime] | None = None,
     ) -> None:
         self.sessions = sessions
         self.drivers = drivers
         self.clock = clock
+        # Leases live on the wall clock even when rollout time is scaled (the demo) or faked.
+        self.wall = wall or clock
         self.lease = lease
         self.instance = instance
         self.actor = f"rolloutd@{instance}"
@@ -87,7 +90,7 @@ class Reconciler:
         """
         bound = log.bind(rollout=rollout_id, instance=self.instance)
         now = self.clock()
-        held = self._held(now)
+        held = self._held()
         with self._read() as session:
             rollout = queries.get_rollout(session, rollout_id)
             plan = plan_of(rollout)
@@ -108,9 +111,9 @@ class Reconciler:
             bound.info("tick", state=decision.state.value, events=[e.kind for e in decision.events])
         return TickResult(rollout_id, decision.state, performed, decision)
 
-    def _held(self, now: datetime) -> Held:
+    def _held(self) -> Held:
         held = self.lease()
-        if held is None or not held.valid_at(now, margin=LEASE_MARGIN):
+        if held is None or not held.valid_at(self.wall(), margin=LEASE_MARGIN):
             raise NotLeading("this rolloutd does not hold the leader lease")
         return held
 
@@ -120,10 +123,10 @@ class Reconciler:
             yield session
 
     @contextmanager
-    def _write(self, held: Held, now: datetime) -> Iterator[Session]:
+    def _write(self, held: Held) -> Iterator[Session]:
         """A transaction that commits only while ``held`` is provably still the leader lease."""
         with transaction(self.sessions) as session:
-            if not hold_for_write(session, held, now=now + LEASE_MARGIN):
+            if not hold_for_write(session, held, now=self.wall() + LEASE_MARGIN):
                 raise NotLeading("the leader lease was lost; writing nothing")
             yield session
 
@@ -165,7 +168,7 @@ class Reconciler:
     ) -> RouterState:
         """Re-apply the recorded weight when the load balancer no longer does what we did."""
         now = self.clock()
-        held = self._held(now)
+        held = self._held()
         with self._read() as session:
             if queries.pending_actions(session, rollout_id):
                 return state  # a change is in flight; the replay will converge
@@ -182,7 +185,7 @@ class Reconciler:
         except RolloutdError as exc:
             bound.error("drift repair failed", error=str(exc))
             return state
-        with self._write(held, now) as session:
+        with self._write(held) as session:
             queries.append_event(
                 session,
                 rollout_id=rollout_id,
@@ -237,7 +240,7 @@ class Reconciler:
         router_state: RouterState | None,
         preflight_error: str | None,
     ) -> tuple[Decision, list[_Pending]]:
-        with self._write(held, now) as session:
+        with self._write(held) as session:
             rollout = queries.get_rollout(session, rollout_id)
             progress = Progress.from_storage(rollout.progress)
             for evaluation in evaluations:
@@ -263,7 +266,7 @@ class Reconciler:
                 state=decision.state.value,
                 active=not decision.state.terminal,
                 now=now,
-                fence=fence(held, now=now),
+                fence=fence(held, now=self.wall()),
             )
             for i, event in enumerate(decision.events):
                 queries.append_event(
@@ -301,13 +304,13 @@ class Reconciler:
         done = 0
         for action in actions:
             now = self.clock()
-            held = self._held(now)
+            held = self._held()
             try:
                 self._perform(rollout_id, router, action, now)
             except (RolloutdError, ValueError) as exc:
                 self._failed(rollout_id, action, held, now, str(exc), bound)
                 continue
-            with self._write(held, self.clock()) as session:
+            with self._write(held) as session:
                 queries.finish_action(session, action.id, status="done", now=self.clock())
             done += 1
         return done
@@ -346,7 +349,7 @@ class Reconciler:
         bound: Any,
     ) -> None:
         bound.warning("action failed", key=action.key, attempt=action.attempts + 1, error=error)
-        with self._write(held, now) as session:
+        with self._write(held) as session:
             queries.bump_action_attempt(session, action.id, error=error)
             queries.append_event(
                 session,
