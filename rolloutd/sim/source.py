@@ -1,0 +1,220 @@
+"""``SimulatorMetrics``: a MetricsSource that reads the simulated fleet in process.
+
+It answers the gate signals per pool over a window ending at ``now``, without Prometheus.
+Windows work on any clock, including a scaled or fake one: every ``measure`` (or ``mark``)
+keeps a snapshot of the counters and ledger positions under its ``now``, and a window
+``[now - w, now]`` is the difference between the snapshot at ``now`` and the newest one at
+or before ``now - w`` (before the first snapshot: everything since the fleet started).
+
+Signals: ``queue_timeout_rate``, ``error_rate`` (samples: requests), ``oom_events``
+(OOM crashes of the pool's replicas), ``schema_violation_rate`` (samples: tool calls),
+``escalation_rate`` (samples: sessions), ``escalations`` (count; ``raw`` has both pools),
+quantiles ``e2e_latency_p95`` (``e2e_latency`` = p95), ``ttft_p95``, ``queue_time_p95``
+(seconds; samples: completed requests), ``sequence_tokens_p99`` (prompt+output),
+``prompt_tokens_p99``, ``kv_cache_usage`` (max over the pool's replicas) and ``requests``.
+No traffic in the window is a ``MeasurementError``, never a zero.
+"""
+
+from __future__ import annotations
+
+import bisect
+import math
+import re
+import threading
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+
+from rolloutd.analysis.base import Measurement, MeasurementError, Pool
+from rolloutd.sim.engine import Replica
+from rolloutd.sim.gateway import AgentMetrics
+from rolloutd.sim.ledger import RequestLedger, RequestRecord
+
+_QUANTILE = re.compile(
+    r"^(e2e_latency|ttft|queue_time|sequence_tokens|prompt_tokens)(?:_p(\d{1,2}(?:\.\d+)?))?$"
+)
+_DEFAULT_Q = {"e2e_latency": 95.0, "ttft": 95.0, "queue_time": 95.0}
+
+
+@dataclass(frozen=True)
+class _Snapshot:
+    positions: dict[int, int] = field(default_factory=dict)
+    ooms: dict[str, int] = field(default_factory=dict)
+    agent: dict[str, dict[str, int]] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class _Window:
+    records: list[RequestRecord]
+    ooms: dict[str, int]
+    agent: dict[str, dict[str, int]]
+
+
+class SimulatorMetrics:
+    """Gate signals of a simulated fleet, per pool, over windows of any clock."""
+
+    def __init__(
+        self,
+        replicas: Sequence[Replica],
+        gateway: AgentMetrics | None = None,
+        *,
+        max_snapshots: int = 10_000,
+    ) -> None:
+        self.replicas = list(replicas)
+        self.gateway = gateway if gateway is not None else AgentMetrics()
+        ledgers = {id(replica.ledger): replica.ledger for replica in self.replicas}
+        self._ledgers: dict[int, RequestLedger] = ledgers
+        self._times: list[datetime] = []
+        self._snapshots: list[_Snapshot] = []
+        self._max = max_snapshots
+        self._lock = threading.Lock()
+
+    def mark(self, now: datetime) -> None:
+        """Keep a snapshot under ``now`` (``measure`` does this too)."""
+        self._at(now)
+
+    def measure(self, signal: str, pool: Pool, window: timedelta, now: datetime) -> Measurement:
+        """The value of ``signal`` on ``pool`` over ``window`` ending at ``now``.
+
+        :raises MeasurementError: an unknown signal, or no data in the window.
+        """
+        query = f"sim:{signal}{{pool={pool!r}}}[{_span(window)}]"
+        seen = self._between(now - window, now)
+        records = [r for r in seen.records if r.pool == pool]
+        nothing = MeasurementError(
+            f"no requests on {pool} in the last {_span(window)}", query=query
+        )
+        if signal == "requests":
+            return Measurement(float(len(records)), len(records), query)
+        if signal in ("queue_timeout_rate", "error_rate"):
+            if not records:
+                raise nothing
+            bad = ("timeout",) if signal == "queue_timeout_rate" else ("error", "unavailable")
+            count = sum(1 for r in records if r.outcome in bad)
+            return Measurement(count / len(records), len(records), query, {"events": count})
+        if signal == "oom_events":
+            names = [r.name for r in self.replicas if r.pool == pool]
+            if not names:
+                raise MeasurementError(f"no replicas in the {pool} pool", query=query)
+            per = {name: seen.ooms.get(name, 0) for name in names}
+            return Measurement(float(sum(per.values())), len(names), query, {"replicas": per})
+        if signal in ("schema_violation_rate", "escalation_rate", "escalations"):
+            return self._agent(signal, pool, seen.agent, query, window)
+        if signal == "kv_cache_usage":
+            done = [r.kv_usage for r in records if r.outcome == "ok"]
+            if not done:
+                raise nothing
+            return Measurement(max(done), len(done), query)
+        match = _QUANTILE.match(signal)
+        if match is None:
+            raise MeasurementError(f"the simulator has no signal {signal!r}", query=query)
+        base, given = match.groups()
+        q = float(given) if given else _DEFAULT_Q.get(base, 99.0)
+        values = [_VALUE[base](r) for r in records if _counts(base, r)]
+        if not values:
+            raise nothing
+        return Measurement(_quantile(values, q / 100.0), len(values), query)
+
+    def _agent(
+        self,
+        signal: str,
+        pool: Pool,
+        agent: dict[str, dict[str, int]],
+        query: str,
+        window: timedelta,
+    ) -> Measurement:
+        counts = agent.get(pool, {})
+        if signal == "schema_violation_rate":
+            calls = counts.get("tool_calls", 0)
+            if not calls:
+                raise MeasurementError(
+                    f"no tool calls on {pool} in the last {_span(window)}", query=query
+                )
+            bad = counts.get("schema_violations", 0)
+            return Measurement(bad / calls, calls, query, {"events": bad})
+        sessions = counts.get("sessions", 0)
+        escalations = counts.get("escalations", 0)
+        if signal == "escalation_rate":
+            if not sessions:
+                raise MeasurementError(
+                    f"no sessions on {pool} in the last {_span(window)}", query=query
+                )
+            return Measurement(escalations / sessions, sessions, query, {"events": escalations})
+        both = {p: agent.get(p, {}) for p in ("canary", "stable")}
+        if not any(c.get("sessions", 0) for c in both.values()):
+            raise MeasurementError(f"no sessions in the last {_span(window)}", query=query)
+        raw = {
+            "escalations": {p: c.get("escalations", 0) for p, c in both.items()},
+            "sessions": {p: c.get("sessions", 0) for p, c in both.items()},
+        }
+        return Measurement(float(escalations), sessions, query, raw)
+
+    def _between(self, start: datetime, end: datetime) -> _Window:
+        last = self._at(end)
+        with self._lock:
+            index = bisect.bisect_right(self._times, start) - 1
+            first = self._snapshots[index] if index >= 0 else _Snapshot()
+        records = [
+            record
+            for key, ledger in self._ledgers.items()
+            for record in ledger.between(first.positions.get(key, 0), last.positions[key])
+        ]
+        ooms = {name: n - first.ooms.get(name, 0) for name, n in last.ooms.items()}
+        agent = {
+            pool: {k: v - first.agent.get(pool, {}).get(k, 0) for k, v in counts.items()}
+            for pool, counts in last.agent.items()
+        }
+        return _Window(records, ooms, agent)
+
+    def _at(self, now: datetime) -> _Snapshot:
+        with self._lock:
+            if self._times and now <= self._times[-1]:
+                # The past is not re-read: the newest snapshot at or before `now` stands.
+                index = bisect.bisect_right(self._times, now) - 1
+                return (
+                    self._snapshots[index]
+                    if index >= 0
+                    else _Snapshot(dict.fromkeys(self._ledgers, 0))
+                )
+            snapshot = _Snapshot(
+                positions={key: ledger.position() for key, ledger in self._ledgers.items()},
+                ooms={replica.name: replica.ooms for replica in self.replicas},
+                agent=self.gateway.snapshot(),
+            )
+            self._times.append(now)
+            self._snapshots.append(snapshot)
+            if len(self._times) > self._max:
+                del self._times[0], self._snapshots[0]
+            return snapshot
+
+
+_VALUE: dict[str, Callable[[RequestRecord], float]] = {
+    "e2e_latency": lambda r: r.e2e_s,
+    "ttft": lambda r: r.ttft_s,
+    "queue_time": lambda r: r.queue_s,
+    "sequence_tokens": lambda r: float(r.prompt_tokens + r.output_tokens),
+    "prompt_tokens": lambda r: float(r.prompt_tokens),
+}
+
+
+def _counts(base: str, record: RequestRecord) -> bool:
+    if base in ("sequence_tokens", "prompt_tokens"):
+        return record.prompt_tokens > 0
+    return record.outcome == "ok"
+
+
+def _quantile(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[max(0, math.ceil(q * len(ordered)) - 1)]
+
+
+def _span(window: timedelta) -> str:
+    seconds = int(window.total_seconds())
+    parts = [
+        (seconds // 86400, "d"),
+        (seconds % 86400 // 3600, "h"),
+        (seconds % 3600 // 60, "m"),
+        (seconds % 60, "s"),
+    ]
+    text = "".join(f"{n}{unit}" for n, unit in parts if n)
+    return text or f"{window.total_seconds():g}s"

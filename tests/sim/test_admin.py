@@ -1,0 +1,106 @@
+"""Fault injection over the admin endpoint, restarts with new engine args, fleet and gateway."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from rolloutd.sim.engine import Replica
+from rolloutd.sim.fleet import Fleet, ReplicaSpec
+from rolloutd.sim.traffic import TrafficGenerator
+
+from .helpers import CLIENT, sample
+
+
+def test_admin_endpoint_sets_reads_and_clears_faults() -> None:
+    """POST changes the named faults, GET shows them, DELETE restores a healthy engine."""
+    with Replica("a", time_scale=1e-4) as replica:
+        url = f"{replica.url}/admin/faults"
+        assert CLIENT.get(url).json()["latency_factor"] == 1.0
+        changed = CLIENT.post(url, json={"latency_factor": 2.5, "escalation_rate": 0.2})
+        assert changed.status_code == 200
+        assert replica.faults.latency_factor == 2.5 and replica.faults.escalation_rate == 0.2
+        assert CLIENT.get(url).json()["escalation_rate"] == 0.2
+        assert CLIENT.delete(url).json()["latency_factor"] == 1.0
+        assert replica.faults.escalation_rate == 0.0
+
+
+@pytest.mark.parametrize(
+    ("body", "message"),
+    [
+        ({"latency_factr": 2}, "unknown fault 'latency_factr'"),
+        ({"timeout_rate": 1.5}, "timeout_rate: expected a share between 0 and 1"),
+        ({"latency_factor": "fast"}, "latency_factor: expected a number"),
+        ([1], "expected a JSON object"),
+    ],
+)
+def test_admin_endpoint_refuses_bad_faults(body: object, message: str) -> None:
+    """Unknown faults and bad values are 400 with a message naming them; nothing changes."""
+    with Replica("a", time_scale=1e-4) as replica:
+        response = CLIENT.post(f"{replica.url}/admin/faults", json=body)
+        assert response.status_code == 400
+        assert message in response.json()["error"]
+        assert replica.faults.timeout_rate == 0.0 and replica.faults.latency_factor == 1.0
+
+
+def test_vllm_restart_with_new_engine_args_changes_max_model_len() -> None:
+    """A deploy restart comes back with the new max_model_len; it is not counted as an OOM."""
+    with Replica("v", flavor="vllm", time_scale=1e-3, restart_delay_s=20) as replica:
+        response = CLIENT.post(
+            f"{replica.url}/admin/restart", json={"config": {"max_model_len": 8192}}
+        )
+        assert response.status_code == 200
+        assert replica.wait_ready(5.0)
+        card = CLIENT.get(f"{replica.url}/v1/models").json()["data"][0]
+        assert card["max_model_len"] == 8192
+        assert replica.restarts == 1 and replica.ooms == 0
+        bad = CLIENT.post(f"{replica.url}/admin/restart", json={"config": {"max_len": 1}})
+        assert bad.status_code == 400 and "unknown engine argument" in bad.json()["error"]
+
+
+def test_escalation_fault_makes_sessions_end_with_a_human() -> None:
+    """With the model handing off every turn, almost every session escalates, per pool."""
+    specs = [ReplicaSpec("gpu-d", pool="canary", flavor="vllm")]
+    with Fleet(specs, time_scale=1e-3) as fleet:
+        fleet.replica("gpu-d").set_faults(escalation_rate=1.0)
+        exporter = fleet.gateway.serve()
+        report = TrafficGenerator(
+            fleet.urls()["gpu-d"],
+            concurrency=5,
+            gateway=fleet.gateway,
+            time_scale=1e-3,
+            max_sessions=20,
+        ).run()
+        text = CLIENT.get(f"{exporter}/metrics").text
+    assert report.pools["canary"].handoffs > 0
+    assert report.pools["canary"].escalations >= 15
+    assert sample(text, "agent_sessions_total", pool="canary") == 20
+    assert sample(text, "agent_escalations_total", pool="canary") == report.total("escalations")
+    assert sample(text, "agent_tool_calls_total", pool="canary") == 0
+
+
+def test_fleet_names_replicas_and_pools() -> None:
+    """The reference fleet has three stable replicas and one canary on 8,192."""
+    with Fleet.reference(time_scale=1e-4) as fleet:
+        assert [r.name for r in fleet.replicas("stable")] == ["gpu-a", "gpu-b", "gpu-c"]
+        assert fleet.replica("gpu-d").config.max_seq_len == 8192
+        assert set(fleet.urls("canary")) == {"gpu-d"}
+        with pytest.raises(KeyError, match="the fleet has gpu-a, gpu-b, gpu-c, gpu-d"):
+            fleet.replica("gpu-z")
+    with pytest.raises(ValueError, match="unique"):
+        Fleet([ReplicaSpec("a"), ReplicaSpec("a")])
+
+
+def test_traffic_must_be_bounded_and_stops_on_request() -> None:
+    """run() needs a bound; a background run stops promptly on stop()."""
+    with Replica("a", time_scale=1e-3) as replica:
+        with pytest.raises(ValueError, match="bound the traffic"):
+            TrafficGenerator(replica.url).run()
+        generator = TrafficGenerator(replica.url, concurrency=4, time_scale=1e-3).start()
+        time.sleep(0.2)
+        started = time.monotonic()
+        report = generator.stop()
+        assert time.monotonic() - started < 1.0
+        assert report.total("requests") > 0
+        assert report.pools["stable"].sessions > 0

@@ -1,0 +1,127 @@
+"""SimulatorMetrics answers gate signals per pool over windows of a scaled clock."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
+
+import pytest
+
+from rolloutd.analysis.base import MeasurementError
+from rolloutd.sim.fleet import Fleet
+from rolloutd.sim.source import SimulatorMetrics
+from rolloutd.sim.traffic import TrafficGenerator, TrafficReport
+
+T0 = datetime(2026, 3, 1, 12, 0, tzinfo=UTC)
+FIVE_MINUTES = timedelta(minutes=5)
+
+
+@pytest.fixture
+def fleet() -> Iterator[Fleet]:
+    """The reference fleet (Triton), its canary answering with broken schemas."""
+    with Fleet.reference(
+        canary_profile="broken-schema", time_scale=0.001, restart_delay_s=30
+    ) as started:
+        yield started
+
+
+def drive(fleet: Fleet, replica: str, sessions: int = 20, seed: int = 0) -> TrafficReport:
+    """Run ``sessions`` agent sessions straight at one replica, counted on the fleet gateway."""
+    generator = TrafficGenerator(
+        fleet.replica(replica).url,
+        concurrency=10,
+        gateway=fleet.gateway,
+        time_scale=fleet.time_scale,
+        max_sessions=sessions,
+        seed=seed,
+    )
+    return generator.run()
+
+
+def test_no_traffic_is_a_measurement_error_not_zero(fleet: Fleet) -> None:
+    """Before any request every rate and quantile raises MeasurementError with the reason."""
+    metrics = fleet.metrics()
+    for signal in (
+        "queue_timeout_rate",
+        "error_rate",
+        "e2e_latency_p95",
+        "ttft_p95",
+        "kv_cache_usage",
+        "sequence_tokens_p99",
+    ):
+        with pytest.raises(MeasurementError, match="no requests on canary in the last 5m"):
+            metrics.measure(signal, "canary", FIVE_MINUTES, T0)
+    with pytest.raises(MeasurementError, match="no tool calls on canary"):
+        metrics.measure("schema_violation_rate", "canary", FIVE_MINUTES, T0)
+    with pytest.raises(MeasurementError, match="no sessions on stable"):
+        metrics.measure("escalation_rate", "stable", FIVE_MINUTES, T0)
+    with pytest.raises(MeasurementError, match="no signal 'bogus'"):
+        metrics.measure("bogus", "canary", FIVE_MINUTES, T0)
+    oom = metrics.measure("oom_events", "canary", FIVE_MINUTES, T0)
+    assert oom.value == 0 and oom.raw == {"replicas": {"gpu-d": 0}}
+
+
+def test_signals_per_pool_match_what_the_gateway_saw(fleet: Fleet) -> None:
+    """Rates, samples and quantiles per pool agree with the traffic generator's report."""
+    metrics = fleet.metrics()
+    canary = drive(fleet, "gpu-d", seed=1)
+    stable = drive(fleet, "gpu-a", seed=2)
+    now = T0 + timedelta(minutes=1)
+    timeouts = metrics.measure("queue_timeout_rate", "canary", FIVE_MINUTES, now)
+    assert timeouts.samples == canary.pools["canary"].requests
+    assert timeouts.value == pytest.approx(canary.rate("timeouts"))
+    p95 = metrics.measure("e2e_latency_p95", "canary", FIVE_MINUTES, now)
+    assert p95.value == pytest.approx(canary.latency_quantile(0.95))
+    assert metrics.measure("e2e_latency", "canary", FIVE_MINUTES, now).value == p95.value
+    assert metrics.measure("ttft_p95", "canary", FIVE_MINUTES, now).value < p95.value
+    violations = metrics.measure("schema_violation_rate", "canary", FIVE_MINUTES, now)
+    assert violations.value == 1.0 and violations.samples == canary.pools["canary"].tool_calls
+    assert metrics.measure("schema_violation_rate", "stable", FIVE_MINUTES, now).value == 0.0
+    escalation = metrics.measure("escalations", "canary", FIVE_MINUTES, now)
+    assert escalation.raw["sessions"] == {"canary": 20, "stable": 20}
+    assert escalation.value == escalation.raw["escalations"]["canary"] > 0
+    rate = metrics.measure("escalation_rate", "stable", FIVE_MINUTES, now)
+    assert rate.samples == 20
+    assert rate.value == stable.pools["stable"].escalations / 20
+    tokens = metrics.measure("sequence_tokens_p99", "stable", FIVE_MINUTES, now)
+    assert 6_500 < tokens.value < 7_400
+    kv = metrics.measure("kv_cache_usage", "stable", FIVE_MINUTES, now)
+    assert 0.0 < kv.value <= 1.0
+
+
+def test_windows_follow_the_callers_clock(fleet: Fleet) -> None:
+    """A window holds only traffic after the snapshot at its start; later it is empty."""
+    metrics = SimulatorMetrics(fleet.replicas(), fleet.gateway)
+    drive(fleet, "gpu-d", sessions=5)
+    metrics.mark(T0)
+    report = drive(fleet, "gpu-d", sessions=10, seed=3)
+    ten = metrics.measure("queue_timeout_rate", "canary", FIVE_MINUTES, T0 + timedelta(minutes=10))
+    assert ten.samples == report.pools["canary"].requests
+    everything = metrics.measure(
+        "requests", "canary", timedelta(hours=1), T0 + timedelta(minutes=10)
+    )
+    assert everything.samples is not None and everything.samples > ten.samples
+    with pytest.raises(MeasurementError, match="no requests on canary in the last 5m"):
+        metrics.measure("queue_timeout_rate", "canary", FIVE_MINUTES, T0 + timedelta(minutes=20))
+
+
+def test_oom_events_count_crashes_of_the_pools_replicas(fleet: Fleet) -> None:
+    """An OOM on the canary is one oom_event on canary and none on stable."""
+    metrics = fleet.metrics()
+    metrics.mark(T0)
+    fleet.replica("gpu-d").inject_oom()
+    now = T0 + timedelta(seconds=30)
+    assert metrics.measure("oom_events", "canary", FIVE_MINUTES, now).value == 1
+    assert metrics.measure("oom_events", "stable", FIVE_MINUTES, now).value == 0
+    later = T0 + timedelta(minutes=30)
+    assert metrics.measure("oom_events", "canary", FIVE_MINUTES, later).value == 0
+
+
+def test_prompt_drift_pushes_sequence_p99_past_max_seq_len(fleet: Fleet) -> None:
+    """Prompts drifting 30% longer put prompt+output p99 over 8,192 and cause errors."""
+    metrics = fleet.metrics()
+    fleet.replica("gpu-d").set_faults(prompt_drift=1.3)
+    drive(fleet, "gpu-d", sessions=10)
+    now = T0 + timedelta(minutes=1)
+    assert metrics.measure("sequence_tokens_p99", "canary", FIVE_MINUTES, now).value > 8_192
+    assert metrics.measure("error_rate", "canary", FIVE_MINUTES, now).value > 0
