@@ -280,6 +280,54 @@ def resume(rollout_id: int, reason: str | None, output: str) -> None:
     _command("resume", rollout_id, reason, output)
 
 
+@cli.command()
+@click.option(
+    "--scenario",
+    type=click.Choice(["happy", "latency", "timeouts", "oom", "schema", "escalation"]),
+    default="oom",
+    show_default=True,
+    help="Which fault hits the canary at the 25% step (happy: none).",
+)
+@click.option(
+    "--speed",
+    type=click.FloatRange(min=1.0),
+    default=14400.0,
+    show_default=True,
+    help="How much faster than real time the rollout runs (14400: a 48 h bake in 12 s).",
+)
+@click.option("--seed", type=int, default=0, show_default=True, help="Seed of the fleet.")
+@OUTPUT
+def demo(scenario: str, speed: float, seed: int, output: str) -> None:
+    """Run a real rollout against a simulated fleet: breach, rollback, summary.
+
+    Uses SQLite in a temp dir and starts everything in-process: four simulated Triton
+    replicas (3 stable on max_seq_len 32,768, 1 canary on 8,192), a session-hash splitter
+    fed by the file router, agent traffic, and the real daemon on a scaled clock. Exit 0
+    when the rollout ended as the scenario expects.
+
+    \b
+    Examples:
+      rolloutctl demo
+      rolloutctl demo --scenario happy
+      rolloutctl demo --scenario timeouts --output json
+    """
+    from rolloutd.demo.run import run_demo
+    from rolloutd.demo.scenarios import SCENARIOS
+    from rolloutd.demo.view import LiveView, print_summary
+    from rolloutd.logs import configure_logging
+
+    configure_logging("critical")
+    chosen = SCENARIOS[scenario]
+    if output == "json":
+        result = run_demo(chosen, speed=speed, seed=seed)
+        click.echo(json.dumps(result.as_json(), indent=2))
+    else:
+        with LiveView(chosen) as view:
+            result = run_demo(chosen, speed=speed, seed=seed, observe=view)
+        print_summary(result)
+    sys.exit(0 if result.ok else 1)
+
+
 def main(argv: list[str] | None = None) -> None:
     """Entry point of the ``rolloutctl`` console script."""
     sys.exit(run_cli(cli, "rolloutctl", argv))

@@ -11,14 +11,14 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
-_VERDICT_STYLE = {
+VERDICT_STYLE = {
     "pass": "green",
     "fail": "yellow",
     "breach": "bold red",
     "inconclusive": "magenta",
     "pending": "dim",
 }
-_STATE_STYLE = {
+STATE_STYLE = {
     "running": "cyan",
     "paused": "yellow",
     "awaiting_promotion": "bold yellow",
@@ -41,7 +41,7 @@ def _short_time(value: str | None) -> str:
     return "-" if not value else value.replace("T", " ")[:19]
 
 
-def _number(value: object) -> str:
+def number(value: object) -> str:
     if value is None:
         return "-"
     if isinstance(value, float):
@@ -56,7 +56,7 @@ def status(view: dict[str, Any]) -> None:
     console.print(
         f"[bold]rollout {view['id']}[/] {view['name']}  "
         f"({view['service']}/{view['environment']})  "
-        f"[{_STATE_STYLE.get(state, '')}]{state}[/]"
+        f"[{STATE_STYLE.get(state, '')}]{state}[/]"
     )
     bake = view["bake_seconds"]
     baked = f"  baked {view['baked_seconds'] / 3600:.1f}h of {bake / 3600:.1f}h" if bake else ""
@@ -75,8 +75,8 @@ def status(view: dict[str, Any]) -> None:
             table.add_row(
                 gate["name"],
                 gate["role"],
-                f"[{_VERDICT_STYLE.get(verdict, '')}]{verdict}[/]",
-                _number(gate["value"]),
+                f"[{VERDICT_STYLE.get(verdict, '')}]{verdict}[/]",
+                number(gate["value"]),
                 gate["threshold"] or "-",
                 _short_time(gate["evaluated_at"]),
                 gate["reason"] or "",
@@ -105,7 +105,7 @@ def rollouts(rows: list[dict[str, Any]]) -> None:
             row["name"],
             row["service"],
             row["environment"],
-            f"[{_STATE_STYLE.get(state, '')}]{state}[/]",
+            f"[{STATE_STYLE.get(state, '')}]{state}[/]",
             f"{row['step']} {row['step_name']}",
             f"{row['weight']}%",
             row["created_by"],

@@ -14,6 +14,7 @@ from datetime import datetime
 
 from rolloutd.actions import Verdict
 from rolloutd.analysis.base import Evaluation, MeasurementError, MetricsSource, Role, finite
+from rolloutd.durations import format_duration
 from rolloutd.plan import EventsGate, GateSpec, ThresholdGate
 
 Judge = Callable[[str, GateSpec, Role, MetricsSource, datetime], Evaluation]
@@ -92,7 +93,8 @@ def _events(
             value=count,
             threshold=threshold,
             query=measured.query,
-            reason=f"{count:g} {spec.signal} on the canary in the last {spec.window}",
+            reason=f"{count:g} {spec.signal} on the canary in the last "
+            f"{format_duration(spec.window)}",
             evidence=evidence,
         )
     return Evaluation(

@@ -1,0 +1,108 @@
+"""The demo's plan: the reference rollout, with the simulated fleet behind a file router.
+
+The same steps as ``config/plans/atlas-70b-maxseq8192.yaml`` (shadow, 5% for 48 h, 25%
+for 48 h, manual promotion, 100%, steady), the gate kinds the demo's metrics source can
+answer (thresholds and event counts), and tick intervals short enough for a scaled clock.
+Gate windows are simulated time: at the default speed an hour passes in 0.25 s. An
+escalation rise holds the 25% step (a failing step gate) until the progress deadline
+rolls it back; the other faults trip a rollback trigger at once.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+_PLAN = """\
+name: atlas-70b-maxseq8192-demo
+service: atlas-70b
+environment: staging
+description: the reference change on the simulated fleet (rolloutctl demo)
+
+pools:
+  stable:
+    replicas:
+      - {{name: gpu-a, url: "http://127.0.0.1:1"}}
+      - {{name: gpu-b, url: "http://127.0.0.1:1"}}
+      - {{name: gpu-c, url: "http://127.0.0.1:1"}}
+  canary:
+    replicas:
+      - {{name: gpu-d, url: "http://127.0.0.1:1"}}
+
+router: {{driver: file, path: "{weights}"}}
+metrics: {{source: simulator}}
+artefacts: {{stable: atlas-70b-fp8-msl32768, canary: atlas-70b-fp8-msl8192}}
+capacity: {{max_seq_len: 8192, target_concurrency: 60}}
+
+# Real seconds between ticks (the scheduler runs on the wall clock).
+interval: 200ms
+trigger_interval: 200ms
+limits: {{max_inconclusive: 40, on_inconclusive: pause, progress_deadline: 24h}}
+
+gates:
+  schema_violations:
+    kind: threshold
+    signal: schema_violation_rate
+    max: 0.005
+    min_samples: {min_samples}
+    window: {window}
+  queue_timeouts:
+    kind: threshold
+    signal: queue_timeout_rate
+    max: 0.01
+    min_samples: {min_samples}
+    window: {window}
+  e2e_latency_p95:
+    kind: threshold
+    signal: e2e_latency_p95
+    max: {latency_target}
+    min_samples: {min_samples}
+    window: {window}
+  escalations:
+    kind: threshold
+    signal: escalation_rate
+    max: 0.25
+    min_samples: {min_sessions}
+    window: 48h   # sessions are few at 5%: judge the whole bake
+  capacity_prompts:
+    kind: threshold
+    signal: sequence_tokens_p99
+    max: 8192
+    min_samples: {min_samples}
+    window: {window}
+  # rollback triggers
+  canary_oom: {{kind: events, signal: oom_events, window: {window}}}
+  queue_timeouts_breach:
+    {{kind: threshold, signal: queue_timeout_rate, max: 0.05, min_samples: {min_samples},
+     window: {window}}}
+  schema_violations_breach:
+    {{kind: threshold, signal: schema_violation_rate, max: 0.01, min_samples: {min_samples},
+     window: {window}}}
+  latency_breach:
+    {{kind: threshold, signal: e2e_latency_p95, max: {latency_breach},
+     min_samples: {min_samples}, window: {window}}}
+
+steps:
+  - {{kind: shadow, duration: 2h, gates: [schema_violations]}}
+  - {{kind: canary, weight: 5, bake: 48h,
+     gates: [queue_timeouts, schema_violations, e2e_latency_p95, escalations]}}
+  - {{kind: canary, weight: 25, bake: 48h,
+     gates: [queue_timeouts, schema_violations, e2e_latency_p95, escalations]}}
+  - {{kind: pause}}
+  - {{kind: full}}
+  - {{kind: steady, duration: 12h, gates: [capacity_prompts, queue_timeouts]}}
+
+rollback:
+  triggers: [canary_oom, queue_timeouts_breach, schema_violations_breach, latency_breach]
+"""
+
+
+def demo_plan_yaml(weights: Path) -> str:
+    """The demo plan, its router writing to ``weights`` (where the splitter reads)."""
+    return _PLAN.format(
+        weights=weights,
+        window="12h",
+        min_samples=10,
+        min_sessions=5,
+        latency_target=14.0,
+        latency_breach=20.0,
+    )

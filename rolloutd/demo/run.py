@@ -1,0 +1,255 @@
+"""Running the demo: a real rollout of the reference change on the embedded default.
+
+SQLite in a temp dir, the simulated fleet in-process, the session-hash splitter in front
+of it fed by the ``file`` router, the ``simulator`` metrics source, and the real daemon
+loop and state machine on a scaled clock. The demo plays the operator only where a
+person would: it promotes at the manual-promotion step, as ``rolloutctl promote`` does.
+"""
+
+from __future__ import annotations
+
+import json
+import tempfile
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from pydantic import SecretStr
+
+from rolloutd.analysis.base import MetricsSource
+from rolloutd.daemon import Daemon
+from rolloutd.demo.clock import ScaledClock
+from rolloutd.demo.plan import demo_plan_yaml
+from rolloutd.demo.scenarios import Scenario
+from rolloutd.demo.splitter import Splitter
+from rolloutd.operations import history_view, start_rollout, status_view, submit_command
+from rolloutd.plan import Plan
+from rolloutd.planfile import load_plan
+from rolloutd.routers.base import Router
+from rolloutd.routers.filedriver import FileRouter
+from rolloutd.settings import Settings
+from rolloutd.sim.fleet import Fleet
+from rolloutd.sim.gateway import AgentMetrics
+from rolloutd.sim.scoring import parse_arguments, schema_errors
+from rolloutd.sim.traffic import TrafficGenerator
+from rolloutd.store import queries
+from rolloutd.store.db import make_engine, session_factory, transaction, upgrade
+
+TERMINAL = ("completed", "rolled_back", "aborted", "failed")
+
+
+def shadow_scorer(gateway: AgentMetrics) -> Callable[[bytes, int, bytes], None]:
+    """Score mirrored answers as a shadow comparator does: tool calls and schema violations.
+
+    Users never see a shadow answer, so there are no sessions or escalations to count; the
+    canary's tool calls are still checked against the schemas the request offered.
+    """
+
+    def score(request: bytes, status: int, response: bytes) -> None:
+        try:
+            tools = {
+                t["function"]["name"]: t["function"]["parameters"]
+                for t in json.loads(request).get("tools", [])
+            }
+            calls = json.loads(response)["choices"][0]["message"].get("tool_calls") or []
+        except (ValueError, KeyError, IndexError, TypeError):
+            return
+        for call in calls:
+            function = call.get("function", {})
+            gateway.add("canary", "tool_calls")
+            arguments = parse_arguments(function.get("arguments", ""))
+            schema = tools.get(function.get("name"))
+            if arguments is None or schema is None or schema_errors(arguments, schema):
+                gateway.add("canary", "schema_violations")
+
+    return score
+
+
+class DemoDrivers:
+    """The file router the splitter reads, and the fleet's own counters as metrics."""
+
+    def __init__(self, weights: Path, metrics: MetricsSource) -> None:
+        self._router = FileRouter(weights)
+        self._metrics = metrics
+
+    def router(self, rollout_id: int, plan: Plan) -> Router:
+        return self._router
+
+    def metrics(self, rollout_id: int, plan: Plan) -> MetricsSource:
+        return self._metrics
+
+
+@dataclass
+class DemoResult:
+    """What happened, for the summary and ``--output json``."""
+
+    scenario: str
+    expected: str
+    state: str
+    weight: int
+    wall_seconds: float
+    rollout_id: int
+    fault_at: str | None = None
+    rollback_cause: str | None = None
+    events: list[dict[str, Any]] = field(default_factory=list)
+    commands: list[str] = field(default_factory=list)
+    traffic: dict[str, dict[str, int]] = field(default_factory=dict)
+
+    @property
+    def ok(self) -> bool:
+        """Whether the rollout ended as the scenario expects."""
+        return self.state == self.expected
+
+    def as_json(self) -> dict[str, Any]:
+        """The summary as one JSON object."""
+        return {
+            "scenario": self.scenario,
+            "expected": self.expected,
+            "ok": self.ok,
+            "state": self.state,
+            "weight": self.weight,
+            "wall_seconds": round(self.wall_seconds, 2),
+            "rollout_id": self.rollout_id,
+            "fault_at": self.fault_at,
+            "rollback_cause": self.rollback_cause,
+            "commands": self.commands,
+            "traffic": self.traffic,
+            "events": self.events,
+        }
+
+
+Observer = Callable[[dict[str, Any], str | None], None]
+
+
+def run_demo(
+    scenario: Scenario,
+    *,
+    speed: float,
+    seed: int = 0,
+    concurrency: int = 24,
+    timeout_s: float = 120.0,
+    observe: Observer | None = None,
+    workdir: Path | None = None,
+) -> DemoResult:
+    """Run one scenario to its end (or ``timeout_s``) and report what happened."""
+    started = time.monotonic()
+    with tempfile.TemporaryDirectory(prefix="rolloutd-demo-") as tmp:
+        root = workdir or Path(tmp)
+        url = f"sqlite:///{root / 'rolloutd.db'}"
+        upgrade(url)
+        fleet = Fleet.reference(seed=seed, restart_delay_s=600.0).start()
+        weights = root / "weights.json"
+        splitter = Splitter(
+            weights,
+            {
+                "stable": list(fleet.urls("stable").values()),
+                "canary": list(fleet.urls("canary").values()),
+            },
+            on_shadow=shadow_scorer(fleet.gateway),
+        ).start()
+        traffic = TrafficGenerator(
+            splitter.url,
+            concurrency=concurrency,
+            gateway=fleet.gateway,
+            time_scale=fleet.time_scale,
+            seed=seed,
+        ).start()
+        clock = ScaledClock(speed)
+        daemon = Daemon(
+            Settings(database_url=SecretStr(url), instance_name="demo"),
+            drivers=DemoDrivers(weights, fleet.metrics()),
+            clock=clock,
+            loop_seconds=0.1,
+            health_port=0,
+        )
+        engine = make_engine(url)
+        sessions = session_factory(engine)
+        try:
+            plan_path = root / "atlas-70b-demo.yaml"
+            plan_path.write_text(demo_plan_yaml(weights))
+            loaded = load_plan(plan_path)
+            with transaction(sessions) as session:
+                rollout_id = start_rollout(session, loaded, actor="demo", now=clock())
+            thread = threading.Thread(target=daemon.run, name="rolloutd-demo", daemon=True)
+            thread.start()
+            result = _drive(
+                sessions, rollout_id, scenario, fleet, clock, started, timeout_s, observe
+            )
+        finally:
+            daemon.stopping.set()
+            report = traffic.stop()
+            splitter.stop()
+            fleet.stop()
+        thread.join(timeout=15)
+        with transaction(sessions) as session:
+            result.events = history_view(session, rollout_id)
+        engine.dispose()
+        result.traffic = {
+            pool: {
+                "sessions": t.sessions,
+                "requests": t.requests,
+                "timeouts": t.timeouts,
+                "schema_violations": t.schema_violations,
+                "escalations": t.escalations,
+            }
+            for pool, t in report.pools.items()
+        }
+        result.wall_seconds = time.monotonic() - started
+        result.weight = FileRouter(weights).read_weight().weight
+        return result
+
+
+def _drive(
+    sessions: Any,
+    rollout_id: int,
+    scenario: Scenario,
+    fleet: Fleet,
+    clock: ScaledClock,
+    started: float,
+    timeout_s: float,
+    observe: Observer | None,
+) -> DemoResult:
+    """Watch the rollout, inject the fault when its step comes, promote when asked."""
+    fault_at: str | None = None
+    commands: list[str] = []
+    promoted = False
+    while True:
+        with transaction(sessions) as session:
+            view = status_view(session, queries.get_rollout(session, rollout_id))
+        note = None
+        if fault_at is None and scenario.inject and view["step"] >= scenario.at_step:
+            scenario.apply(fleet)
+            fault_at = view["step_name"]
+            note = f"fault injected at {fault_at}: {scenario.description}"
+        if view["state"] == "awaiting_promotion" and not promoted:
+            reason = "25% looked clean for 48h"
+            with transaction(sessions) as session:
+                submit_command(
+                    session,
+                    rollout_id,
+                    "promote",
+                    actor="demo",
+                    reason=reason,
+                    now=clock(),
+                )
+            commands.append(f'rolloutctl promote {rollout_id} --reason "{reason}"')
+            promoted = True
+            note = f"operator: promote ({reason})"
+        if observe is not None:
+            observe(view, note)
+        if view["state"] in TERMINAL or time.monotonic() - started > timeout_s:
+            return DemoResult(
+                scenario=scenario.name,
+                expected=scenario.expected,
+                state=view["state"],
+                weight=view["weight"],
+                wall_seconds=time.monotonic() - started,
+                rollout_id=rollout_id,
+                fault_at=fault_at,
+                rollback_cause=view.get("rollback_cause"),
+                commands=commands,
+            )
+        time.sleep(0.1)
