@@ -61,6 +61,37 @@ class PlanDrivers:
             return MemoryRouter()
         if isinstance(spec, FileRouterSpec):
             return FileRouter(spec.path, session_header=spec.session_header)
+        from rolloutd.plan import HAProxyRouter as HAProxyRouterSpec
+        from rolloutd.plan import NginxRouter as NginxRouterSpec
+
+        if isinstance(spec, HAProxyRouterSpec):
+            from rolloutd.routers.haproxy import HAProxyRouter
+
+            return HAProxyRouter(
+                spec.socket,
+                backend=spec.backend,
+                stable=spec.servers["stable"],
+                canary=spec.servers["canary"],
+                config_path=spec.config_path,
+                state_file=spec.state_file,
+                session_header=spec.session_header,
+            )
+        if isinstance(spec, NginxRouterSpec):
+            from rolloutd.routers.nginx import NginxRouter
+
+            return NginxRouter(
+                spec.include_path,
+                stable_upstream=spec.upstreams["stable"],
+                canary_upstream=spec.upstreams["canary"],
+                config_path=spec.config_path,
+                pid_file=spec.pid_file,
+                nginx_binary=spec.nginx_binary,
+                prefix=spec.prefix,
+                variable=spec.variable,
+                session_header=spec.session_header,
+                verify_url=spec.verify_url,
+                command_prefix=spec.command_prefix,
+            )
         raise PermanentError(f"router driver {spec.driver!r} is not available in this rolloutd")
 
     def _build_metrics(self, plan: Plan) -> MetricsSource:

@@ -77,24 +77,67 @@ class FileRouter(_Spec):
 
 
 class HAProxyRouter(_Spec):
-    """HAProxy's runtime API; ``socket`` is a UNIX path or ``host:port``."""
+    """HAProxy's runtime API; ``socket`` is a UNIX path or ``host:port``.
+
+    ``config_path`` is the haproxy.cfg (or directory of ``*.cfg``) the running HAProxy was
+    started from. The runtime API does not say whether a backend hashes consistently, and
+    without ``hash-type consistent`` HAProxy ignores weight changes, so the driver reads the
+    backend's ``balance`` and ``hash-type`` there and refuses to shift traffic without it.
+    ``state_file`` is the global ``server-state-file``, rewritten after every change so a
+    reload keeps the weights.
+    """
 
     driver: Literal["haproxy"]
     socket: str = Field(min_length=1)
     backend: Name
     servers: dict[Literal["stable", "canary"], list[Name]]
     state_file: str | None = None
-    session_header: str = "X-Session-Id"
+    config_path: str | None = None
+    session_header: str = Field(default="X-Session-Id", pattern=r"^[A-Za-z0-9][A-Za-z0-9-]{0,99}$")
+
+    @model_validator(mode="after")
+    def _two_disjoint_pools(self) -> Self:
+        for pool in ("stable", "canary"):
+            if not self.servers.get(pool):
+                raise ValueError(f"servers.{pool} must name at least one HAProxy server")
+        stable, canary = self.servers["stable"], self.servers["canary"]
+        repeated = sorted({s for s in stable + canary if (stable + canary).count(s) > 1})
+        if repeated:
+            raise ValueError(f"each server belongs to one pool, once: {', '.join(repeated)}")
+        return self
 
 
 class NginxRouter(_Spec):
-    """NGINX open source: a rendered ``split_clients`` include, tested and reloaded."""
+    """NGINX open source: a rendered ``split_clients`` include, tested and reloaded.
+
+    The driver runs ``nginx -T`` and ``nginx -s reload`` with ``-c config_path`` (and
+    ``-p prefix`` when set), prefixed by ``command_prefix`` (e.g. ``[sudo, -n]`` when the
+    master runs as root), and reads the master's pid from ``pid_file``. ``variable`` names
+    the split (``$rolloutd_pool``; ``proxy_pass http://$rolloutd_pool;`` follows it).
+    ``verify_url``, when set, is a location answering ``$<variable>_state``: the only way to
+    read back what the workers really loaded.
+    """
 
     driver: Literal["nginx"]
     include_path: str = Field(min_length=1)
     upstreams: dict[Literal["stable", "canary"], Name]
     nginx_binary: str = "nginx"
-    session_header: str = "X-Session-Id"
+    session_header: str = Field(default="X-Session-Id", pattern=r"^[A-Za-z0-9][A-Za-z0-9-]{0,99}$")
+    config_path: str = Field(default="/etc/nginx/nginx.conf", min_length=1)
+    pid_file: str = Field(default="/run/nginx.pid", min_length=1)
+    prefix: str | None = None
+    variable: str = Field(default="rolloutd_pool", pattern=r"^[a-z_][a-z0-9_]{0,62}$")
+    verify_url: str | None = Field(default=None, pattern=r"^https?://\S+$")
+    command_prefix: list[str] = Field(default_factory=list)
+
+    @model_validator(mode="after")
+    def _two_distinct_upstreams(self) -> Self:
+        for pool in ("stable", "canary"):
+            if pool not in self.upstreams:
+                raise ValueError(f"upstreams.{pool} must name an nginx upstream block")
+        if self.upstreams["stable"] == self.upstreams["canary"]:
+            raise ValueError("upstreams.stable and upstreams.canary must differ")
+        return self
 
 
 RouterSpec = Annotated[
@@ -237,6 +280,8 @@ class ShadowStep(_Step):
     kind: Literal["shadow"]
     weight: Literal[0] = 0
     duration: Duration = timedelta(0)
+    mirror: bool = True
+    """False: no traffic is mirrored (HAProxy cannot); the gates exercise the canary directly."""
 
     def hold_for(self) -> timedelta:
         return self.duration
@@ -352,7 +397,7 @@ class Plan(_Spec):
         """Whether traffic is mirrored at step ``index`` (a pause after shadow keeps mirroring)."""
         for step in reversed(self.steps[: index + 1]):
             if not isinstance(step, PauseStep):
-                return isinstance(step, ShadowStep)
+                return isinstance(step, ShadowStep) and step.mirror
         return False
 
     def gates_of(self, index: int) -> tuple[str, ...]:
@@ -367,6 +412,21 @@ def plan_problems(plan: Plan) -> list[tuple[str, str]]:
         *_steps_out_of_order(plan),
         *_intervals(plan),
         *_metrics_source(plan),
+        *_mirroring(plan),
+    ]
+
+
+def _mirroring(plan: Plan) -> list[tuple[str, str]]:
+    if not isinstance(plan.router, HAProxyRouter):
+        return []
+    return [
+        (
+            f"steps[{i}].mirror",
+            "HAProxy cannot mirror traffic: set 'mirror: false' (the shadow gates then exercise "
+            "the canary directly, e.g. the tool-argument suite) or use the nginx driver",
+        )
+        for i, step in enumerate(plan.steps)
+        if isinstance(step, ShadowStep) and step.mirror
     ]
 
 

@@ -56,13 +56,20 @@ def rolled_back_world() -> World:
 
 def test_first_tick_starts_the_rollout_and_mirrors_traffic_for_shadow() -> None:
     """A pending rollout starts on its first tick, enters step 0 and asks for mirrored weight 0."""
-    world = World(example_plan())
+    world = World(small_plan())
     decision = world.tick()
     assert decision.state is State.RUNNING
     assert decision.progress.started_at == T0
     assert (decision.progress.step_index, decision.progress.step_entered_at) == (0, T0)
     set_weights = [a for a in decision.actions if isinstance(a, SetWeight)]
     assert set_weights == [SetWeight("step-0/weight-0-mirror", 0, mirror=True)]
+
+
+def test_a_shadow_step_without_mirroring_asks_for_plain_weight_zero() -> None:
+    """The example plan's shadow step (HAProxy, mirror: false) sets weight 0 without a mirror."""
+    decision = World(example_plan()).tick()
+    set_weights = [a for a in decision.actions if isinstance(a, SetWeight)]
+    assert set_weights == [SetWeight("step-0/weight-0", 0, mirror=False)]
 
 
 def test_abort_of_a_pending_rollout_ends_aborted_without_moving_traffic() -> None:

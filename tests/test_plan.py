@@ -107,11 +107,20 @@ def test_example_plan_rollback_triggers_are_the_four_from_the_design() -> None:
 
 
 def test_step_weight_and_mirroring_of_the_example_plan() -> None:
-    """Each step's weight is its own; the pause keeps 25%; only shadow mirrors."""
+    """Each step's weight is its own; the pause keeps 25%; HAProxy's shadow does not mirror."""
     plan = example_plan()
     indexes = range(len(plan.steps))
     assert [plan.step_weight(i) for i in indexes] == [0, 5, 25, 25, 100, 100]
-    assert [plan.step_mirrors(i) for i in indexes] == [True, False, False, False, False, False]
+    assert not any(plan.step_mirrors(i) for i in indexes)
+
+
+def test_a_mirroring_shadow_step_on_haproxy_is_refused() -> None:
+    """HAProxy cannot mirror, so a shadow step that asks for it is a problem naming the step."""
+    data = example_dict()
+    del data["steps"][0]["mirror"]
+    (problem,) = problems_of(data)
+    assert problem.field == "steps[0].mirror"
+    assert "HAProxy cannot mirror" in problem.message
 
 
 def test_a_pause_after_shadow_keeps_weight_zero_and_keeps_mirroring() -> None:
@@ -302,7 +311,7 @@ BAD_FIELDS = [
         id="pause-first",
     ),
     pytest.param(
-        _insert_step(3, {"kind": "shadow"}),
+        _insert_step(3, {"kind": "shadow", "mirror": False}),
         "steps[3].kind",
         "'shadow' must come before any step that shifts traffic",
         id="shadow-after-canary",

@@ -1,0 +1,68 @@
+"""Plans that name the HAProxy or NGINX driver get it, built from the plan's fields."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from rolloutd.drivers import PlanDrivers
+from rolloutd.errors import PermanentError
+from rolloutd.planfile import parse_plan
+from rolloutd.routers.haproxy import HAProxyRouter
+from rolloutd.routers.nginx import NginxRouter
+from rolloutd.routers.nginx_conf import Split
+
+EXAMPLE = Path(__file__).parents[2] / "config" / "plans" / "atlas-70b-maxseq8192.yaml"
+
+
+def _plan_with_router(router: dict[str, Any]) -> Any:
+    data = yaml.safe_load(EXAMPLE.read_text())
+    data["router"] = router
+    return parse_plan(yaml.safe_dump(data), source="plan.yaml").plan
+
+
+def test_the_example_plan_gets_an_haproxy_driver_for_its_backend() -> None:
+    """The reference plan's router section builds an HAProxy driver with its pools."""
+    router = PlanDrivers().router(1, parse_plan(EXAMPLE.read_text()).plan)
+    assert isinstance(router, HAProxyRouter)
+    assert (router.backend, router.stable, router.canary) == (
+        "atlas_70b",
+        ["gpu-a", "gpu-b", "gpu-c"],
+        ["gpu-d"],
+    )
+
+
+def test_an_nginx_plan_gets_an_nginx_driver_with_its_paths() -> None:
+    """Every nginx field of the plan reaches the driver."""
+    plan = _plan_with_router(
+        {
+            "driver": "nginx",
+            "include_path": "/etc/nginx/conf.d/atlas-split.conf",
+            "upstreams": {"stable": "atlas_stable", "canary": "atlas_canary"},
+            "pid_file": "/run/nginx.pid",
+            "command_prefix": ["sudo", "-n"],
+            "verify_url": "http://127.0.0.1/.rolloutd/state",
+        }
+    )
+    router = PlanDrivers().router(1, plan)
+    assert isinstance(router, NginxRouter)
+    assert router.names.canary == "atlas_canary"
+    assert router._command[:3] == ["sudo", "-n", "nginx"]
+    assert Split(0, False).state() == "weight=0 mirror=off"
+
+
+def test_an_unusable_haproxy_socket_is_a_permanent_error() -> None:
+    """A socket that is neither a path nor host:port stops the rollout with its name."""
+    plan = _plan_with_router(
+        {
+            "driver": "haproxy",
+            "socket": "admin.sock",
+            "backend": "atlas_70b",
+            "servers": {"stable": ["gpu-a"], "canary": ["gpu-d"]},
+        }
+    )
+    with pytest.raises(PermanentError, match=r"admin\.sock"):
+        PlanDrivers().router(1, plan)
