@@ -331,3 +331,7 @@ def demo(scenario: str, speed: float, seed: int, output: str) -> None:
 def main(argv: list[str] | None = None) -> None:
     """Entry point of the ``rolloutctl`` console script."""
     sys.exit(run_cli(cli, "rolloutctl", argv))
+
+
+if __name__ == "__main__":
+    main()

@@ -28,12 +28,12 @@ def parse_duration(text: str) -> timedelta:
 
 
 def format_duration(delta: timedelta) -> str:
-    """Render a timedelta compactly, the inverse of :func:`parse_duration` for whole seconds."""
-    total = round(delta.total_seconds())
+    """Render a timedelta compactly, the inverse of :func:`parse_duration` to the millisecond."""
+    total = round(delta.total_seconds() * 1000)
     if total == 0:
         return "0s"
     parts = []
-    for unit, size in (("d", 86400), ("h", 3600), ("m", 60), ("s", 1)):
+    for unit, size in (("d", 86_400_000), ("h", 3_600_000), ("m", 60_000), ("s", 1000), ("ms", 1)):
         count, total = divmod(total, size)
         if count:
             parts.append(f"{count}{unit}")

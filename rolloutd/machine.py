@@ -37,7 +37,7 @@ from rolloutd.actions import (
     Verdict,
 )
 from rolloutd.durations import format_duration
-from rolloutd.plan import FullStep, PauseStep, Plan
+from rolloutd.plan import FullStep, PauseStep, Plan, SteadyStep
 from rolloutd.progress import Ending, Progress, RollbackFacts, State, derive_state
 
 ROLLBACK_WEIGHT_KEY = "rollback/weight-0"
@@ -242,6 +242,8 @@ class _Tick:
                 seen[gate] = result.evaluated_at
                 inconclusive = result.verdict is Verdict.INCONCLUSIVE
                 streaks[gate] = streaks.get(gate, 0) + 1 if inconclusive else 0
+                if result.verdict is Verdict.FAIL and self.plan.gates[gate].kind == "capacity":
+                    self.capacity_invalid(gate, result)
             breached = result.verdict is Verdict.BREACH or (
                 gate in triggers and result.verdict is Verdict.FAIL
             )
@@ -252,6 +254,20 @@ class _Tick:
                 return
         self.p = replace(self.p, inconclusive_streaks=streaks, last_seen=seen)
         self.judge_inconclusive(streaks)
+
+    def capacity_invalid(self, gate: str, result: GateResult) -> None:
+        """Tell people once per step: the assumption the change was planned on does not hold."""
+        data: dict[str, object] = {
+            "gate": gate,
+            "value": result.value,
+            "threshold": result.threshold,
+        }
+        key = f"alert/capacity_invalid/step-{self.p.step_index}"
+        if any(a.key == key for a in self.actions):
+            return
+        self.events.append(Event("capacity_invalid", result.reason or gate, data=data))
+        text = f"Capacity assumption invalid ({gate}): {result.reason}"
+        self.actions.append(Alert(key, "capacity_invalid", "warning", text, data))
 
     def relevant_gates(self, triggers: Sequence[str]) -> dict[str, datetime | None]:
         """Gate name -> the earliest evaluation time that counts for this step."""
@@ -315,7 +331,8 @@ class _Tick:
         waiting = [g for g in step.gates if not _passed_since(verdicts.get(g), verified_at)]
         if baked >= hold and not waiting:
             self.complete()
-        elif deadline is not None and baked - hold > deadline:
+        elif deadline is not None and baked - hold > deadline and not isinstance(step, SteadyStep):
+            # At steady the canary already serves everyone: a failing watch alerts and holds.
             self.start_rollback(
                 f"{step.title()} did not pass {', '.join(waiting)} within "
                 f"{format_duration(deadline)} after its bake"

@@ -12,9 +12,9 @@ from __future__ import annotations
 from datetime import timedelta
 from typing import Annotated, Literal, Self
 
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, model_validator
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, PlainSerializer, model_validator
 
-from rolloutd.durations import parse_duration
+from rolloutd.durations import format_duration, parse_duration
 
 
 def _duration(value: object) -> object:
@@ -26,7 +26,12 @@ def _duration(value: object) -> object:
     raise ValueError(f"expected a duration such as '30s', '90m' or '48h', got {value!r}")
 
 
-Duration = Annotated[timedelta, BeforeValidator(_duration)]
+# Written back in the plan's own notation, so a dumped plan loads again.
+Duration = Annotated[
+    timedelta,
+    BeforeValidator(_duration),
+    PlainSerializer(format_duration, return_type=str, when_used="json"),
+]
 Name = Annotated[str, Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]{0,99}$")]
 Percent = Annotated[int, Field(ge=0, le=100)]
 Fraction = Annotated[float, Field(ge=0.0, le=1.0)]
@@ -413,6 +418,17 @@ def plan_problems(plan: Plan) -> list[tuple[str, str]]:
         *_intervals(plan),
         *_metrics_source(plan),
         *_mirroring(plan),
+        *_capacity(plan),
+    ]
+
+
+def _capacity(plan: Plan) -> list[tuple[str, str]]:
+    if plan.capacity is not None:
+        return []
+    return [
+        (f"gates.{name}", "a capacity gate needs the plan's 'capacity' section (max_seq_len)")
+        for name, gate in plan.gates.items()
+        if isinstance(gate, CapacityGate)
     ]
 
 

@@ -21,7 +21,7 @@ import structlog
 from sqlalchemy.orm import Session, sessionmaker
 
 from rolloutd.actions import Command, GateResult, Observed, Verdict
-from rolloutd.analysis.base import Evaluation, MetricsSource, Role
+from rolloutd.analysis.base import Evaluation, Judging, MetricsSource, Role
 from rolloutd.analysis.gates import evaluate_gate
 from rolloutd.drivers import Drivers
 from rolloutd.errors import PermanentError, RolloutdError, TemporaryError
@@ -226,7 +226,13 @@ class Reconciler:
             source = None
         if source is None:
             return [Evaluation(g, r, Verdict.INCONCLUSIVE, now, reason=reason) for g, r in due]
-        return [evaluate_gate(g, plan.gates[g], r, source, now) for g, r in due]
+        return [
+            evaluate_gate(
+                plan.gates[gate],
+                Judging(gate, role, source, now, plan, progress.step_verified_at),
+            )
+            for gate, role in due
+        ]
 
     # -- deciding and writing ---------------------------------------------------------------
 

@@ -13,6 +13,7 @@ from datetime import datetime, timedelta
 from typing import Any, Literal, Protocol
 
 from rolloutd.actions import GateResult, Verdict
+from rolloutd.plan import Plan
 
 Pool = Literal["canary", "stable"]
 Role = Literal["step", "trigger"]
@@ -72,6 +73,24 @@ class Evaluation:
             value=self.value,
             threshold=self.threshold,
         )
+
+
+@dataclass(frozen=True)
+class Judging:
+    """Everything a judge may look at besides the gate's own spec."""
+
+    name: str
+    role: Role
+    source: MetricsSource
+    now: datetime
+    plan: Plan
+    step_started_at: datetime | None = None
+
+    def since_step_start(self, fallback: timedelta) -> timedelta:
+        """The window from the moment the step's weight was verified, for cumulative tests."""
+        if self.step_started_at is None or self.step_started_at >= self.now:
+            return fallback
+        return self.now - self.step_started_at
 
 
 def finite(measurement: Measurement, signal: str, pool: Pool) -> float:

@@ -3,28 +3,27 @@
 Rules shared by every kind: a measurement error is *inconclusive* with its reason; a
 value resting on fewer samples than the gate's minimum is *pending* (it may neither
 pass nor fail on so little); only a measured, sufficient, in-bounds value passes.
-Kinds whose statistics live elsewhere are added to ``_JUDGES`` by their own modules.
+Canary-vs-stable kinds and the capacity watch live in ``rolloutd.analysis.comparisons``.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import replace
-from datetime import datetime
 
 from rolloutd.actions import Verdict
-from rolloutd.analysis.base import Evaluation, MeasurementError, MetricsSource, Role, finite
+from rolloutd.analysis.base import Evaluation, Judging, MeasurementError, finite
+from rolloutd.analysis.comparisons import judge_capacity, judge_compare, judge_latency
 from rolloutd.durations import format_duration
 from rolloutd.plan import EventsGate, GateSpec, ThresholdGate
 
-Judge = Callable[[str, GateSpec, Role, MetricsSource, datetime], Evaluation]
+Judge = Callable[[GateSpec, Judging], Evaluation]
 
 
-def evaluate_gate(
-    name: str, spec: GateSpec, role: Role, source: MetricsSource, now: datetime
-) -> Evaluation:
-    """Judge gate ``name`` now; never raises for a metrics problem (that is inconclusive)."""
+def evaluate_gate(spec: GateSpec, judging: Judging) -> Evaluation:
+    """Judge one gate now; never raises for a metrics problem (that is inconclusive)."""
     judge = _JUDGES.get(spec.kind)
+    name, role, now = judging.name, judging.role, judging.now
     if judge is None:
         return Evaluation(
             name,
@@ -34,15 +33,14 @@ def evaluate_gate(
             reason=f"gate kind {spec.kind!r} cannot be evaluated by this rolloutd",
         )
     try:
-        return judge(name, spec, role, source, now)
+        return judge(spec, judging)
     except MeasurementError as exc:
         return Evaluation(name, role, Verdict.INCONCLUSIVE, now, query=exc.query, reason=exc.reason)
 
 
-def _threshold(
-    name: str, spec: GateSpec, role: Role, source: MetricsSource, now: datetime
-) -> Evaluation:
+def _threshold(spec: GateSpec, judging: Judging) -> Evaluation:
     assert isinstance(spec, ThresholdGate)
+    name, role, source, now = judging.name, judging.role, judging.source, judging.now
     measured = source.measure(spec.signal, spec.pool, spec.window, now)
     value = finite(measured, spec.signal, spec.pool)
     bounds = []
@@ -75,10 +73,9 @@ def _threshold(
     return passed
 
 
-def _events(
-    name: str, spec: GateSpec, role: Role, source: MetricsSource, now: datetime
-) -> Evaluation:
+def _events(spec: GateSpec, judging: Judging) -> Evaluation:
     assert isinstance(spec, EventsGate)
+    name, role, source, now = judging.name, judging.role, judging.source, judging.now
     measured = source.measure(spec.signal, "canary", spec.window, now)
     count = finite(measured, spec.signal, "canary")
     threshold = f"<= {spec.max_events} events"
@@ -109,4 +106,10 @@ def _events(
     )
 
 
-_JUDGES: dict[str, Judge] = {"threshold": _threshold, "events": _events}
+_JUDGES: dict[str, Judge] = {
+    "threshold": _threshold,
+    "events": _events,
+    "compare": judge_compare,
+    "latency": judge_latency,
+    "capacity": judge_capacity,
+}

@@ -22,10 +22,18 @@ class MemoryMetrics:
         self._values: dict[tuple[str, Pool], Measurement | MeasurementError] = {}
         self._lock = threading.Lock()
 
-    def set(self, signal: str, pool: Pool, value: float, samples: int | None = None) -> None:
-        """Make ``signal`` on ``pool`` read ``value`` from now on."""
+    def set(
+        self,
+        signal: str,
+        pool: Pool,
+        value: float,
+        samples: int | None = None,
+        raw: dict[str, Any] | None = None,
+    ) -> None:
+        """Make ``signal`` on ``pool`` read ``value`` (and ``raw``, e.g. buckets) from now on."""
+        measurement = Measurement(value, samples, query=f"memory:{signal}", raw=raw or {})
         with self._lock:
-            self._values[(signal, pool)] = Measurement(value, samples, query=f"memory:{signal}")
+            self._values[(signal, pool)] = measurement
 
     def fail(self, signal: str, pool: Pool, reason: str) -> None:
         """Make queries of ``signal`` on ``pool`` fail with ``reason``."""
