@@ -14,6 +14,7 @@ import sys
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from datetime import UTC, datetime
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import click
@@ -97,6 +98,9 @@ def plan() -> None:
 def plan_validate(files: tuple[str, ...]) -> None:
     """Check plan FILES: prints 'FILE: ok' or one line per problem (exit 2).
 
+    Warnings (legal but probably wrong, such as a target concurrency the canary pool
+    cannot hold at max_seq_len) are printed as 'FILE: warning: ...' and do not fail.
+
     \b
     Example:
       rolloutctl plan validate config/plans/*.yaml
@@ -106,12 +110,14 @@ def plan_validate(files: tuple[str, ...]) -> None:
     failed = False
     for path in files:
         try:
-            load_plan(path)
+            loaded = load_plan(path)
         except BadInput as exc:
             failed = True
             for problem in exc.problems:
                 click.echo(str(problem))
         else:
+            for warning in loaded.warnings:
+                click.echo(f"{warning.source}: warning: {warning.field}: {warning.message}")
             click.echo(f"{path}: ok")
     if failed:
         sys.exit(BAD_INPUT)
@@ -278,6 +284,149 @@ def resume(rollout_id: int, reason: str | None, output: str) -> None:
       rolloutctl resume 7
     """
     _command("resume", rollout_id, reason, output)
+
+
+@cli.command()
+@click.option(
+    "--model-config",
+    type=click.Path(exists=True, dir_okay=False),
+    help="A HuggingFace config.json (layers, KV heads, head dim). Default: the 70B reference.",
+)
+@click.option(
+    "--weights-gb",
+    type=click.FloatRange(min=0, min_open=True),
+    default=70.0,
+    show_default=True,
+    help="Weight bytes of one model copy, in GB.",
+)
+@click.option("--gpus", type=click.IntRange(min=1), default=4, show_default=True)
+@click.option(
+    "--gpu-memory-gb", type=click.FloatRange(min=0, min_open=True), default=48.0, show_default=True
+)
+@click.option(
+    "--tp",
+    "tensor_parallel",
+    type=click.IntRange(min=1),
+    default=4,
+    show_default=True,
+    help="Tensor parallelism (GPUs per model copy).",
+)
+@click.option(
+    "--kv-dtype",
+    type=click.Choice(["fp16", "bf16", "fp8", "int8", "fp32"]),
+    default="fp16",
+    show_default=True,
+)
+@click.option(
+    "--memory-fraction",
+    type=click.FloatRange(0, 1, min_open=True),
+    default=0.9,
+    show_default=True,
+    help="vLLM gpu_memory_utilization / TRT-LLM fraction.",
+)
+@click.option(
+    "--max-seq-len",
+    "max_seq_lens",
+    type=click.IntRange(min=1),
+    multiple=True,
+    default=(32768, 8192),
+    show_default=True,
+    help="Repeat to compare several.",
+)
+@click.option(
+    "--target-concurrency",
+    type=click.IntRange(min=1),
+    default=None,
+    help="Sequences that must be resident at once: prints the max_seq_len that fits.",
+)
+@OUTPUT
+def capacity(
+    model_config: str | None,
+    weights_gb: float,
+    gpus: int,
+    gpu_memory_gb: float,
+    tensor_parallel: int,
+    kv_dtype: str,
+    memory_fraction: float,
+    max_seq_lens: tuple[int, ...],
+    target_concurrency: int | None,
+    output: str,
+) -> None:
+    """KV-cache arithmetic: resident sequences per max_seq_len, and what fits a target.
+
+    \b
+    Examples:
+      rolloutctl capacity                                  # 70B FP8 on 4x L40S, 32768 vs 8192
+      rolloutctl capacity --target-concurrency 60
+      rolloutctl capacity --model-config config.json --weights-gb 16 --gpus 1 --tp 1 \\
+          --gpu-memory-gb 80 --max-seq-len 131072 --kv-dtype fp8
+    """
+    from rolloutd import capacity as kv
+
+    shape = kv.REFERENCE_SHAPE
+    if model_config is not None:
+        try:
+            config = json.loads(Path(model_config).read_text())
+            if not isinstance(config, dict):
+                raise ValueError("expected a JSON object")
+            shape = kv.ModelShape.from_hf_config(config)
+        except (OSError, ValueError, kv.CapacityError) as exc:
+            raise BadInput.one(model_config, "", str(exc)) from None
+    try:
+        deployment = kv.Deployment(
+            shape=shape,
+            weight_bytes=int(weights_gb * kv.GB),
+            gpu_count=gpus,
+            gpu_memory_bytes=int(gpu_memory_gb * kv.GB),
+            tensor_parallel=tensor_parallel,
+            kv_dtype_bytes=kv.KV_DTYPE_BYTES[kv_dtype],
+            memory_fraction=memory_fraction,
+        )
+        reports = [kv.plan(deployment, n) for n in max_seq_lens]
+        fits = kv.max_seq_len_for(deployment, target_concurrency) if target_concurrency else None
+    except kv.CapacityError as exc:
+        raise BadInput.one("capacity", "", str(exc)) from None
+    data = {
+        "model": {
+            "layers": shape.num_layers,
+            "kv_heads": shape.num_kv_heads,
+            "head_dim": shape.head_dim,
+        },
+        "kv_bytes_per_token": reports[0].kv_bytes_per_token,
+        "kv_pool_bytes": reports[0].kv_pool_bytes,
+        "instances": reports[0].instances,
+        "by_max_seq_len": [
+            {
+                "max_seq_len": r.max_seq_len,
+                "sequence_bytes": r.sequence_bytes,
+                "resident_sequences": r.resident_sequences,
+            }
+            for r in reports
+        ],
+        "target_concurrency": target_concurrency,
+        "max_seq_len_for_target": fits,
+    }
+
+    def human(d: dict[str, Any]) -> None:
+        click.echo(
+            f"model: {shape.num_layers} layers, {shape.num_kv_heads} KV heads, head_dim "
+            f"{shape.head_dim}; {gpus} GPUs x {gpu_memory_gb:g} GB, TP {tensor_parallel}, "
+            f"KV {kv_dtype}, memory fraction {memory_fraction:g}"
+        )
+        click.echo(
+            f"KV bytes per token: {d['kv_bytes_per_token']:,}   KV pool: "
+            f"{d['kv_pool_bytes'] / kv.GB:.1f} GB per copy x {d['instances']}"
+        )
+        click.echo(f"{'max_seq_len':>12}  {'per sequence':>13}  {'resident sequences':>18}")
+        for row in d["by_max_seq_len"]:
+            click.echo(
+                f"{row['max_seq_len']:>12,}  {row['sequence_bytes'] / kv.GB:>10.2f} GB  "
+                f"{row['resident_sequences']:>18}"
+            )
+        if fits is not None:
+            click.echo(f"max_seq_len that keeps {target_concurrency} sequences resident: {fits:,}")
+
+    emit(data, output, human)
 
 
 @cli.command()

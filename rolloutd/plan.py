@@ -9,6 +9,7 @@ module holds only the shape and the rules that tie fields together.
 
 from __future__ import annotations
 
+import math
 from datetime import timedelta
 from typing import Annotated, Literal, Self
 
@@ -169,11 +170,32 @@ class Artefacts(_Spec):
     canary: Name
 
 
+class EngineShape(_Spec):
+    """The model and GPU box behind one canary replica, for the KV-cache arithmetic."""
+
+    num_layers: int = Field(gt=0)
+    num_kv_heads: int = Field(gt=0)
+    head_dim: int = Field(gt=0)
+    weights_gb: float = Field(gt=0)
+    gpus: int = Field(gt=0)
+    gpu_memory_gb: float = Field(gt=0)
+    tensor_parallel: int = Field(gt=0)
+    kv_dtype: Literal["fp16", "bf16", "fp8", "int8", "fp32"] = "fp16"
+    memory_fraction: Fraction = 0.9
+
+
 class Capacity(_Spec):
-    """The capacity assumption the change was planned on, watched at steady state."""
+    """The capacity assumption the change was planned on, watched at steady state.
+
+    ``target_concurrency`` counts sessions; ``active_share`` is the share of them with a
+    request in flight at once (agents think between turns). With ``engine`` given,
+    validation checks that the canary pool can hold that many sequences at ``max_seq_len``.
+    """
 
     max_seq_len: int = Field(gt=0)
     target_concurrency: int = Field(gt=0)
+    active_share: float = Field(default=1.0, gt=0.0, le=1.0)
+    engine: EngineShape | None = None
 
 
 # --- gates --------------------------------------------------------------------------------
@@ -408,6 +430,34 @@ class Plan(_Spec):
     def gates_of(self, index: int) -> tuple[str, ...]:
         """The gate names that must pass for step ``index`` to complete."""
         return tuple(self.steps[index].gates)
+
+
+def plan_warnings(plan: Plan) -> list[tuple[str, str]]:
+    """Things that are legal but probably wrong: today, a target concurrency that cannot fit."""
+    from rolloutd.capacity import CapacityError, deployment_of, max_seq_len_for, resident_sequences
+
+    capacity = plan.capacity
+    if capacity is None or capacity.engine is None:
+        return []
+    replicas = len(plan.pools.canary.replicas)
+    needed = math.ceil(capacity.target_concurrency * capacity.active_share)
+    try:
+        deployment = deployment_of(capacity.engine)
+        per_replica = resident_sequences(deployment, capacity.max_seq_len)
+        fits = max_seq_len_for(deployment, -(-needed // replicas))
+    except CapacityError as exc:
+        return [("capacity.engine", str(exc))]
+    if per_replica * replicas >= needed:
+        return []
+    return [
+        (
+            "capacity",
+            f"{capacity.target_concurrency} sessions x {capacity.active_share:g} active need "
+            f"{needed} resident sequences, but {replicas} canary replica(s) hold "
+            f"{per_replica * replicas} at max_seq_len {capacity.max_seq_len}; requests will "
+            f"queue (max_seq_len {fits} would fit)",
+        )
+    ]
 
 
 def plan_problems(plan: Plan) -> list[tuple[str, str]]:

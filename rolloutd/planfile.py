@@ -19,7 +19,7 @@ import yaml
 from pydantic import ValidationError
 
 from rolloutd.errors import BadInput, Problem
-from rolloutd.plan import Plan, plan_problems
+from rolloutd.plan import Plan, plan_problems, plan_warnings
 
 MAX_PLAN_BYTES = 1024 * 1024
 
@@ -32,6 +32,7 @@ class LoadedPlan:
     source: str
     text: str
     content_hash: str
+    warnings: tuple[Problem, ...] = ()
 
 
 def load_plan(path: str | Path) -> LoadedPlan:
@@ -56,7 +57,10 @@ def parse_plan(text: str, source: str = "<plan>") -> LoadedPlan:
     problems = [Problem(source, path, message) for path, message in plan_problems(plan)]
     if problems:
         raise BadInput(problems)
-    return LoadedPlan(plan=plan, source=source, text=text, content_hash=content_hash(plan))
+    warnings = tuple(Problem(source, path, message) for path, message in plan_warnings(plan))
+    return LoadedPlan(
+        plan=plan, source=source, text=text, content_hash=content_hash(plan), warnings=warnings
+    )
 
 
 def content_hash(plan: Plan) -> str:

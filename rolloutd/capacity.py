@@ -2,8 +2,8 @@
 
 This is the capacity plan behind every rollout of an engine config: resident sequences
 follow from GPU memory, the weights, the KV bytes of one token and the reserved sequence
-length. Pure functions over frozen data, reused by the simulated fleet and (later)
-``rolloutctl capacity``.
+length. Pure functions over frozen data, used by ``rolloutctl capacity``, by plan
+validation (does the target concurrency fit?) and by the simulated fleet.
 
 Assumptions, which reproduce the reference deployment (70B FP8 on 4x L40S):
 
@@ -185,6 +185,22 @@ def plan(deployment: Deployment, max_seq_len: int) -> CapacityReport:
         kv_pool_tokens=pool // token * _instances(deployment),
         resident_sequences=resident_sequences(deployment, max_seq_len),
         instances=_instances(deployment),
+    )
+
+
+KV_DTYPE_BYTES = {"fp32": 4, "fp16": 2, "bf16": 2, "fp8": 1, "int8": 1}
+
+
+def deployment_of(engine: Any) -> Deployment:
+    """A :class:`Deployment` from a plan's ``capacity.engine`` section (or anything shaped so)."""
+    return Deployment(
+        shape=ModelShape(engine.num_layers, engine.num_kv_heads, engine.head_dim),
+        weight_bytes=int(engine.weights_gb * GB),
+        gpu_count=engine.gpus,
+        gpu_memory_bytes=int(engine.gpu_memory_gb * GB),
+        tensor_parallel=engine.tensor_parallel,
+        kv_dtype_bytes=KV_DTYPE_BYTES[engine.kv_dtype],
+        memory_fraction=engine.memory_fraction,
     )
 
 

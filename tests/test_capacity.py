@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import dataclasses
+import json
+from pathlib import Path
 
 import pytest
 
-from rolloutd.sim.capacity import (
+from rolloutd.capacity import (
     REFERENCE_DEPLOYMENT,
     CapacityError,
     ModelShape,
@@ -77,3 +79,68 @@ def test_weights_that_do_not_fit_are_refused() -> None:
         resident_sequences(huge, 8_192)
     with pytest.raises(CapacityError, match="tensor_parallel"):
         dataclasses.replace(REFERENCE_DEPLOYMENT, tensor_parallel=3)
+
+
+def test_rolloutctl_capacity_reproduces_the_reference(capsys: pytest.CaptureFixture[str]) -> None:
+    """`rolloutctl capacity` on the reference config: ~9 at 32,768, ~4x that at 8,192."""
+    from rolloutd.ctl import main
+
+    config = Path(__file__).resolve().parents[1] / "config" / "models" / "atlas-70b-config.json"
+    with pytest.raises(SystemExit) as done:
+        main(
+            ["capacity", "--model-config", str(config), "--target-concurrency", "60", "-o", "json"]
+        )
+    assert done.value.code == 0
+    data = json.loads(capsys.readouterr().out)
+    resident = {r["max_seq_len"]: r["resident_sequences"] for r in data["by_max_seq_len"]}
+    assert 9 <= resident[32768] <= 12
+    assert 35 <= resident[8192] <= 48
+    assert 3.5 <= resident[8192] / resident[32768] <= 4.5
+    assert data["max_seq_len_for_target"] < 8192
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--weights-gb", "400"], "no room for a KV cache"),
+        (["--gpus", "3", "--tp", "2"], "not a multiple"),
+    ],
+)
+def test_rolloutctl_capacity_rejects_impossible_deployments(
+    args: list[str], message: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A deployment that cannot exist exits 2 with the reason and no traceback."""
+    from rolloutd.ctl import main
+
+    with pytest.raises(SystemExit) as done:
+        main(["capacity", *args])
+    assert done.value.code == 2
+    err = capsys.readouterr().err
+    assert message in err and "Traceback" not in err
+
+
+def test_a_bad_model_config_names_the_file(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A config.json without the attention geometry is bad input naming the file and key."""
+    from rolloutd.ctl import main
+
+    bad = tmp_path / "config.json"
+    bad.write_text('{"hidden_size": 4096}')
+    with pytest.raises(SystemExit) as done:
+        main(["capacity", "--model-config", str(bad)])
+    assert done.value.code == 2
+    assert f"{bad}" in capsys.readouterr().err
+
+
+def test_plan_validate_warns_when_the_target_concurrency_cannot_fit(tmp_path: Path) -> None:
+    """A plan whose canary pool cannot hold its sessions loads, with a capacity warning."""
+    from rolloutd.planfile import load_plan
+
+    example = Path(__file__).resolve().parents[1] / "config" / "plans" / "atlas-70b-maxseq8192.yaml"
+    assert load_plan(example).warnings == ()
+    crowded = tmp_path / "crowded.yaml"
+    crowded.write_text(example.read_text().replace("active_share: 0.6", "active_share: 1.0"))
+    (warning,) = load_plan(crowded).warnings
+    assert warning.field == "capacity"
+    assert "need 60 resident sequences" in warning.message and "hold 36" in warning.message
