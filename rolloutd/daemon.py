@@ -35,7 +35,7 @@ from rolloutd.drivers import Drivers, PlanDrivers
 from rolloutd.errors import PermanentError, RolloutdError
 from rolloutd.health import HealthServer
 from rolloutd.operations import plan_of
-from rolloutd.reconcile import NotLeading, Reconciler
+from rolloutd.reconcile import LEASE_MARGIN, NotLeading, Reconciler
 from rolloutd.sdnotify import Notifier, watchdog_interval
 from rolloutd.settings import Settings
 from rolloutd.store import lease, queries
@@ -70,7 +70,7 @@ class Daemon:
     ) -> None:
         self.settings = settings
         self.url = settings.database_url.get_secret_value()
-        self.engine = make_engine(self.url)
+        self.engine = make_engine(self.url, lease_ttl_seconds=settings.lease_ttl_seconds)
         self.sessions = session_factory(self.engine)
         self.clock = clock
         self.wall = wall
@@ -90,6 +90,7 @@ class Daemon:
             lease=lambda: self.held,
             instance=self.instance,
             wall=wall,
+            margin=min(LEASE_MARGIN, self.ttl / 4),
         )
         self.scheduler = BackgroundScheduler(
             executors={"default": ThreadPoolExecutor(max_workers=8)},
@@ -200,10 +201,12 @@ class Daemon:
     def _health_report(self) -> tuple[bool, dict[str, Any]]:
         age = (self.wall() - self.last_loop).total_seconds()
         healthy = age < max(10 * self.loop_seconds, 5.0)
+        held = self.held
+        leading = held is not None and held.valid_at(self.wall())
         return healthy, {
-            "role": "leader" if self.held else "standby",
+            "role": "leader" if leading else "standby",
             "instance": self.instance,
-            "epoch": self.held.epoch if self.held else None,
+            "epoch": held.epoch if held is not None and leading else None,
             "loop_age_seconds": round(age, 3),
             "rollouts": len(self.scheduler.get_jobs()),
         }
@@ -232,15 +235,17 @@ class Daemon:
         was_leading = self.held is not None
         now = self.wall()
         try:
+            # The new lease is ours only once the transaction has committed.
             with transaction(self.sessions) as session:
                 if self.held is not None:
-                    self.held = lease.renew(session, self.held, ttl=self.ttl, now=now)
+                    held = lease.renew(session, self.held, ttl=self.ttl, now=now)
                 else:
-                    self.held = lease.acquire(session, holder=self.holder, ttl=self.ttl, now=now)
-                if self.held is not None and not was_leading:
+                    held = lease.acquire(session, holder=self.holder, ttl=self.ttl, now=now)
+                if held is not None and not was_leading:
                     self._daemon_event(
-                        session, "leader_acquired", f"leading with epoch {self.held.epoch}", now
+                        session, "leader_acquired", f"leading with epoch {held.epoch}", now
                     )
+            self.held = held
         except (RolloutdError, SQLAlchemyError) as exc:
             # Demote first: a leader that cannot reach the database must not act on stale facts.
             if self.held is not None:
@@ -284,8 +289,14 @@ class Daemon:
             return queries.list_rollouts(session, active_only=True, limit=10_000)
 
     def _sync_jobs(self) -> None:
+        # A rollout keeps its job while it is active or still owes an action (the final
+        # alert of a tick that ended it and then failed to mark the alert done).
         try:
             rollouts = self._active()
+            with transaction(self.sessions) as session:
+                owing = {a.rollout_id for a in queries.pending_actions(session)}
+                known = {r.id for r in rollouts}
+                rollouts += [queries.get_rollout(session, i) for i in sorted(owing - known)]
         except (RolloutdError, SQLAlchemyError) as exc:
             log.error("cannot list active rollouts", error=str(exc))
             return
@@ -321,7 +332,7 @@ class Daemon:
                 with self._wakeups_lock:
                     self._wakeups.discard(rollout_id)
                 result = self.reconciler.tick(rollout_id)
-                if result.state.terminal:
+                if result.state.terminal and self._owes_nothing(rollout_id):
                     self._drop_job(rollout_id)
                     return
                 with self._wakeups_lock:
@@ -329,6 +340,12 @@ class Daemon:
                         return
         except (NotLeading, StaleWrite) as exc:
             bound.warning("tick abandoned: not leading", error=str(exc))
+            # A command's wake-up must not be lost to a lease renewal in flight: try again soon.
+            if self.held is not None:
+                with contextlib.suppress(JobLookupError):
+                    self.scheduler.modify_job(
+                        f"tick-{rollout_id}", next_run_time=utc_now() + timedelta(seconds=1)
+                    )
         except RolloutdError as exc:
             bound.error("tick failed", error=str(exc))
         except SQLAlchemyError as exc:
@@ -337,6 +354,10 @@ class Daemon:
             bound.exception("tick crashed")
         finally:
             structlog.contextvars.unbind_contextvars("rollout")
+
+    def _owes_nothing(self, rollout_id: int) -> bool:
+        with transaction(self.sessions) as session:
+            return not queries.pending_actions(session, rollout_id)
 
     def _drop_job(self, rollout_id: int) -> None:
         with contextlib.suppress(JobLookupError):

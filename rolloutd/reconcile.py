@@ -40,7 +40,8 @@ log = structlog.get_logger("rolloutd.reconcile")
 
 # An action is alerted as stuck after this many failed attempts (it keeps being retried).
 STUCK_AFTER_ATTEMPTS = 3
-# Writes and side effects need the lease to outlive them by this much.
+# Writes and side effects need the lease to outlive them by this much (at most; the daemon
+# uses a quarter of a shorter lease).
 LEASE_MARGIN = timedelta(seconds=2)
 
 
@@ -70,12 +71,14 @@ class Reconciler:
         lease: Callable[[], Held | None],
         instance: str,
         wall: Callable[[], datetime] | None = None,
+        margin: timedelta = LEASE_MARGIN,
     ) -> None:
         self.sessions = sessions
         self.drivers = drivers
         self.clock = clock
         # Leases live on the wall clock even when rollout time is scaled (the demo) or faked.
         self.wall = wall or clock
+        self.margin = margin
         self.lease = lease
         self.instance = instance
         self.actor = f"rolloutd@{instance}"
@@ -113,7 +116,7 @@ class Reconciler:
 
     def _held(self) -> Held:
         held = self.lease()
-        if held is None or not held.valid_at(self.wall(), margin=LEASE_MARGIN):
+        if held is None or not held.valid_at(self.wall(), margin=self.margin):
             raise NotLeading("this rolloutd does not hold the leader lease")
         return held
 
@@ -126,7 +129,7 @@ class Reconciler:
     def _write(self, held: Held) -> Iterator[Session]:
         """A transaction that commits only while ``held`` is provably still the leader lease."""
         with transaction(self.sessions) as session:
-            if not hold_for_write(session, held, now=self.wall() + LEASE_MARGIN):
+            if not hold_for_write(session, held, now=self.wall() + self.margin):
                 raise NotLeading("the leader lease was lost; writing nothing")
             yield session
 
@@ -179,6 +182,7 @@ class Reconciler:
         if recorded == state:
             return state
         bound.warning("router drift", recorded=recorded.weight, found=state.weight)
+        self._held()  # once more: a leader frozen since the check must not touch the router
         try:
             router.set_weight(recorded.weight, mirror=recorded.mirror)
             repaired = router.read_weight()

@@ -30,7 +30,7 @@ class Settings(BaseSettings):
     database_url: SecretStr = SecretStr("sqlite:///rolloutd.db")
     health_host: str = "127.0.0.1"
     health_port: int = Field(default=9467, ge=0, le=65535)
-    lease_ttl_seconds: float = Field(default=15.0, gt=0)
+    lease_ttl_seconds: float = Field(default=15.0, ge=2.0)
     log_level: str = "info"
     instance_name: str | None = None
 

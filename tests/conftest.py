@@ -223,7 +223,7 @@ _skipped_postgres: list[str] = []
 
 
 def pytest_runtest_logreport(report: pytest.TestReport) -> None:
-    if report.skipped and "postgres" in report.keywords:
+    if report.skipped and not hasattr(report, "wasxfail") and "postgres" in report.keywords:
         _skipped_postgres.append(report.nodeid)
 
 

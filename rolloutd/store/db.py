@@ -79,8 +79,13 @@ def _query_value(url: URL, key: str) -> str | None:
     return value
 
 
-def make_engine(url: str | URL) -> Engine:
+def make_engine(url: str | URL, *, lease_ttl_seconds: float | None = None) -> Engine:
     """Build an engine for ``url`` without connecting.
+
+    ``lease_ttl_seconds`` marks the daemon's engine: on Postgres its sessions then give up
+    a lock after a second, a transaction left idle for a third of the lease, and a dead
+    peer after a few seconds of TCP keepalives, so a leader frozen inside a transaction
+    (SIGSTOP, a cut network) cannot hold the lease row and block the standby's takeover.
 
     :raises BadInput: when the URL is neither Postgres nor an SQLite file.
     """
@@ -95,6 +100,14 @@ def make_engine(url: str | URL) -> Engine:
         connect_args["connect_timeout"] = CONNECT_TIMEOUT_SECONDS
     if "application_name" not in parsed.query:
         connect_args["application_name"] = "rolloutd"
+    if lease_ttl_seconds is not None:
+        idle_ms = max(1000, int(lease_ttl_seconds * 1000 / 3))
+        connect_args["options"] = (
+            f"-c idle_in_transaction_session_timeout={idle_ms} -c lock_timeout=1000"
+        )
+        connect_args.update(
+            keepalives=1, keepalives_idle=5, keepalives_interval=2, keepalives_count=2
+        )
     return create_engine(parsed, pool_pre_ping=True, connect_args=connect_args)
 
 
