@@ -1,0 +1,1 @@
+"""Multi-process tests: real ``rolloutd run`` processes against a real database."""
