@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from datetime import UTC, datetime, timedelta
+from datetime import timedelta
 
 import pytest
 from sqlalchemy.orm import Session
@@ -11,37 +11,20 @@ from rolloutd.errors import NotFound
 from rolloutd.store.models import Action
 from rolloutd.store.queries import (
     bump_action_attempt,
-    create_rollout,
     enqueue_actions,
     finish_action,
     pending_actions,
 )
+from tests.store.seed import T0, seed_rollout
 
-T0 = datetime(2025, 3, 1, 9, 0, tzinfo=UTC)
 WEIGHTS_5 = ("r1-abc-1-weights", "set_weights", {"canary": 5, "stable": 95})
 ALERT_1 = ("r1-abc-1-alert", "alert", {"text": "step 1: 5% of sessions on the canary"})
 DEPLOY = ("r1-abc-deploy-canary-0", "deploy", {"artefact_set": "seq8k", "replica": "canary-0"})
 
 
-def _rollout(session: Session, service: str = "agent-70b") -> int:
-    return create_rollout(
-        session,
-        name="r",
-        service=service,
-        environment="prod",
-        plan_hash="d" * 64,
-        plan_source="",
-        plan_path="plan.yaml",
-        progress={},
-        state="canary",
-        actor="alice",
-        now=T0,
-    )
-
-
 def test_enqueue_adds_only_keys_not_seen_before(session: Session) -> None:
     """Enqueueing the same keys again (a replay) adds nothing; new keys are added in order."""
-    rollout_id = _rollout(session)
+    rollout_id = seed_rollout(session)
     first = enqueue_actions(session, rollout_id=rollout_id, actions=[WEIGHTS_5, ALERT_1], now=T0)
     assert [(a.key, a.kind, a.status, a.attempts) for a in first] == [
         (WEIGHTS_5[0], "set_weights", "pending", 0),
@@ -63,9 +46,9 @@ def test_enqueue_adds_only_keys_not_seen_before(session: Session) -> None:
     assert again[0].payload == {"artefact_set": "seq8k", "replica": "canary-0"}
 
 
-def test_keys_are_scoped_to_their_rollout(session: Session) -> None:
+def test_keys_are_scoped_to_theirseed_rollout(session: Session) -> None:
     """Two rollouts may use the same action key; pending_actions() without a rollout sees both."""
-    first, second = _rollout(session), _rollout(session, service="embedder")
+    first, second = seed_rollout(session), seed_rollout(session, service="embedder")
     enqueue_actions(session, rollout_id=first, actions=[WEIGHTS_5], now=T0)
     enqueue_actions(session, rollout_id=second, actions=[WEIGHTS_5], now=T0 + timedelta(seconds=1))
     assert [a.rollout_id for a in pending_actions(session)] == [first, second]
@@ -73,7 +56,7 @@ def test_keys_are_scoped_to_their_rollout(session: Session) -> None:
 
 def test_finished_actions_leave_the_pending_list(session: Session) -> None:
     """Done and failed actions are no longer pending and keep when and why they finished."""
-    rollout_id = _rollout(session)
+    rollout_id = seed_rollout(session)
     weights, alert, deploy = enqueue_actions(
         session, rollout_id=rollout_id, actions=[WEIGHTS_5, ALERT_1, DEPLOY], now=T0
     )
@@ -94,7 +77,7 @@ def test_finished_actions_leave_the_pending_list(session: Session) -> None:
 
 def test_bumping_an_attempt_counts_and_keeps_the_newest_error(session: Session) -> None:
     """Each failed attempt counts one and replaces last_error; the action stays pending."""
-    rollout_id = _rollout(session)
+    rollout_id = seed_rollout(session)
     [action] = enqueue_actions(session, rollout_id=rollout_id, actions=[DEPLOY], now=T0)
     bump_action_attempt(session, action.id, error="connection refused")
     bump_action_attempt(session, action.id, error="HTTP 400 model not found")

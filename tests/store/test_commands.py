@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from datetime import UTC, datetime, timedelta
+from datetime import timedelta
 from typing import TYPE_CHECKING
 
 import psycopg
@@ -14,36 +14,18 @@ from rolloutd.store.models import Command
 from rolloutd.store.queries import (
     COMMANDS_CHANNEL,
     add_command,
-    create_rollout,
     finish_command,
     pending_commands,
 )
+from tests.store.seed import T0, seed_rollout
 
 if TYPE_CHECKING:
     from conftest import StoreHandle
 
-T0 = datetime(2025, 3, 1, 9, 0, tzinfo=UTC)
-
-
-def _rollout(session: Session, service: str = "agent-70b") -> int:
-    return create_rollout(
-        session,
-        name="r",
-        service=service,
-        environment="prod",
-        plan_hash="c" * 64,
-        plan_source="",
-        plan_path="plan.yaml",
-        progress={},
-        state="canary",
-        actor="alice",
-        now=T0,
-    )
-
 
 def test_pending_commands_are_oldest_first_until_finished(session: Session) -> None:
     """Commands wait as pending in arrival order; a finished one leaves the queue."""
-    rollout_id = _rollout(session)
+    rollout_id = seed_rollout(session)
     pause = add_command(
         session,
         rollout_id=rollout_id,
@@ -86,7 +68,7 @@ def test_pending_commands_are_oldest_first_until_finished(session: Session) -> N
 
 def test_a_command_is_handled_only_once(session: Session) -> None:
     """Finishing a command twice is refused; the first outcome stands."""
-    rollout_id = _rollout(session)
+    rollout_id = seed_rollout(session)
     command_id = add_command(
         session, rollout_id=rollout_id, kind="abort", args={}, actor="bob", reason="OOM", now=T0
     )
@@ -107,7 +89,7 @@ def test_commands_for_unknown_rollouts_or_ids_are_not_found(session: Session) ->
 def test_committed_command_wakes_listeners_on_postgres(pg_store: StoreHandle) -> None:
     """add_command sends NOTIFY with the rollout id, delivered on commit and not on rollback."""
     with pg_store.sessions() as session:
-        rolled_back, committed = _rollout(session), _rollout(session, service="embedder")
+        rolled_back, committed = seed_rollout(session), seed_rollout(session, service="embedder")
         session.commit()
     with psycopg.connect(pg_store.url, autocommit=True) as listener:
         listener.execute(f"LISTEN {COMMANDS_CHANNEL}")

@@ -2,35 +2,17 @@
 
 from __future__ import annotations
 
-from datetime import UTC, datetime, timedelta
+from datetime import timedelta
 from typing import Any
 
 from sqlalchemy.orm import Session
 
 from rolloutd.store.queries import (
-    create_rollout,
     latest_evaluations,
     recent_values,
     record_evaluation,
 )
-
-T0 = datetime(2025, 3, 1, 9, 0, tzinfo=UTC)
-
-
-def _rollout(session: Session) -> int:
-    return create_rollout(
-        session,
-        name="r",
-        service="agent-70b",
-        environment="prod",
-        plan_hash="e" * 64,
-        plan_source="",
-        plan_path="plan.yaml",
-        progress={},
-        state="canary",
-        actor="alice",
-        now=T0,
-    )
+from tests.store.seed import T0, seed_rollout
 
 
 def _record(
@@ -65,7 +47,7 @@ def _record(
 
 def test_latest_evaluations_holds_the_newest_verdict_of_each_gate(session: Session) -> None:
     """For each gate name, the evaluation with the latest time wins, whatever the insert order."""
-    rollout_id = _rollout(session)
+    rollout_id = seed_rollout(session)
     _record(session, rollout_id, "queue_timeouts", 2, 0.004)
     newest_timeouts = _record(session, rollout_id, "queue_timeouts", 3, 0.006, verdict="fail")
     _record(session, rollout_id, "queue_timeouts", 1, 0.001)
@@ -90,7 +72,7 @@ def test_latest_evaluations_holds_the_newest_verdict_of_each_gate(session: Sessi
 
 def test_latest_evaluations_for_a_step_ignore_other_steps(session: Session) -> None:
     """With step_index, a verdict from another step never stands in for the current one."""
-    rollout_id = _rollout(session)
+    rollout_id = seed_rollout(session)
     step_one = _record(session, rollout_id, "p95_latency", 1, 2.1, step_index=1)
     _record(session, rollout_id, "p95_latency", 5, 2.4, step_index=2)
     _record(session, rollout_id, "oom", 6, 0.0, step_index=2)
@@ -103,7 +85,7 @@ def test_latest_evaluations_for_a_step_ignore_other_steps(session: Session) -> N
 
 def test_recent_values_are_newest_first_and_keep_missing_values(session: Session) -> None:
     """recent_values returns the last `limit` values of one gate, newest first, None included."""
-    rollout_id = _rollout(session)
+    rollout_id = seed_rollout(session)
     for minute, value in enumerate([0.01, 0.02, None, 0.04]):
         _record(session, rollout_id, "escalations", minute, value)
     _record(session, rollout_id, "other", 9, 9.0)

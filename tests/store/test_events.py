@@ -2,34 +2,17 @@
 
 from __future__ import annotations
 
-from datetime import UTC, datetime, timedelta
+from datetime import timedelta
 
 from sqlalchemy.orm import Session
 
-from rolloutd.store.queries import append_event, create_rollout, list_events
-
-T0 = datetime(2025, 3, 1, 9, 0, tzinfo=UTC)
-
-
-def _rollout(session: Session, service: str = "agent-70b") -> int:
-    return create_rollout(
-        session,
-        name="r",
-        service=service,
-        environment="prod",
-        plan_hash="b" * 64,
-        plan_source="",
-        plan_path="plan.yaml",
-        progress={},
-        state="shadow",
-        actor="alice",
-        now=T0,
-    )
+from rolloutd.store.queries import append_event, list_events
+from tests.store.seed import T0, seed_rollout
 
 
 def test_events_with_the_same_dedup_key_are_recorded_once(session: Session) -> None:
     """Appending an event whose (rollout, dedup_key) exists returns False and adds nothing."""
-    rollout_id = _rollout(session)
+    rollout_id = seed_rollout(session)
     later = T0 + timedelta(minutes=1)
     assert append_event(
         session,
@@ -68,9 +51,9 @@ def test_events_with_the_same_dedup_key_are_recorded_once(session: Session) -> N
     ]
 
 
-def test_dedup_keys_are_scoped_to_their_rollout(session: Session) -> None:
+def test_dedup_keys_are_scoped_to_theirseed_rollout(session: Session) -> None:
     """The same dedup key on two rollouts records two events."""
-    first, second = _rollout(session), _rollout(session, service="embedder")
+    first, second = seed_rollout(session), seed_rollout(session, service="embedder")
     for rollout_id in (first, second):
         assert append_event(
             session,
@@ -115,7 +98,7 @@ def test_daemon_level_events_are_deduplicated_too(session: Session) -> None:
 
 def test_events_are_listed_oldest_first(session: Session) -> None:
     """list_events orders by time, not by insertion."""
-    rollout_id = _rollout(session)
+    rollout_id = seed_rollout(session)
     append_event(
         session,
         rollout_id=rollout_id,
