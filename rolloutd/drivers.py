@@ -100,4 +100,24 @@ class PlanDrivers:
             return MemoryMetrics()
         if spec.source == "file" and spec.path:
             return FileMetrics(spec.path)
+        if spec.source == "prometheus" and spec.url:
+            if spec.templates is None:
+                raise PermanentError(
+                    "metrics.templates is required with source 'prometheus': a template file "
+                    "name in gates/ (vllm, triton-trtllm) or a path to one"
+                )
+            # Imported here: the Prometheus client is the daemon's business, not the CLI's.
+            from rolloutd.analysis.prometheus import PrometheusMetrics
+            from rolloutd.analysis.templates import load_templates
+            from rolloutd.errors import BadInput
+
+            try:
+                templates = load_templates(spec.templates).with_overrides(spec.overrides)
+                return PrometheusMetrics(
+                    spec.url, templates, pool_label=spec.pool_label, timeout=spec.timeout
+                )
+            except (BadInput, ValueError) as exc:
+                # The plan was accepted, but its templates cannot serve it: every gate of
+                # this rollout is inconclusive with this message until the file is fixed.
+                raise PermanentError(f"metrics templates: {exc}") from None
         raise PermanentError(f"metrics source {spec.source!r} is not available in this rolloutd")

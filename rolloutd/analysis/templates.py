@@ -1,0 +1,251 @@
+"""Signal templates: which PromQL answers a gate signal, per serving stack, in YAML.
+
+A template file (``gates/vllm.yaml``, ``gates/triton-trtllm.yaml``) maps signal names to
+PromQL with three placeholders: ``{pool}`` (the pool's label value), ``{pool_label}`` (the
+label the scrape config puts on each engine target) and ``{window}``. Operators add a signal
+by adding an entry, and a plan may replace any signal's ``query`` through
+``metrics.overrides`` (the kind and the other queries stay the file's). Nothing else is
+substituted, and every substituted value is escaped or validated first, so a hostile value
+cannot change the shape of the query.
+
+The kind says how a source reads a signal's answers:
+
+* ``ratio``: events per exposure (``query``), ``samples`` = the exposure;
+* ``events``: an event count (rounded), ``samples`` = the exposure, for canary-vs-stable tests;
+* ``count``: a count of incidents (rounded), e.g. engine restarts;
+* ``quantile``: ``histogram_quantile(q, ...)``, ``samples`` = observations and, if given,
+  ``buckets`` (``sum by (le)`` of the window's bucket increases) for bounds at bucket edges;
+* ``mean``: a sum per count (``samples`` = the count), where no histogram exists;
+* ``gauge``: a level, e.g. KV-cache occupancy.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, replace
+from datetime import timedelta
+from pathlib import Path
+from typing import Literal, Self
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+from rolloutd.errors import BadInput, Problem
+
+GATES_DIR = Path(__file__).resolve().parents[2] / "gates"
+"""The repository's ``gates/`` directory, where named template files live."""
+
+Kind = Literal["ratio", "events", "count", "quantile", "mean", "gauge"]
+PLACEHOLDERS = ("pool", "pool_label", "window")
+
+_PLACEHOLDER = re.compile(r"\{(pool|pool_label|window)\}")
+# A brace pair around a bare word is not PromQL (matchers need an operator): a typo'd placeholder.
+_UNKNOWN_PLACEHOLDER = re.compile(r"\{\s*([A-Za-z_][A-Za-z0-9_]*)\s*\}")
+_QUOTED_POOL = re.compile(r'(?<!=~)(?<!!~)"\{pool\}"')
+_HISTOGRAM_QUANTILE = re.compile(r"histogram_quantile\(\s*([0-9]*\.?[0-9]+)\s*,")
+_WINDOW = re.compile(r"^\d+(ms|s|m|h|d|w|y)$")
+_LABEL_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+_SIGNAL_NAME = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,99}$"
+MAX_TEMPLATE_BYTES = 256 * 1024
+
+
+def escape_label_value(value: str) -> str:
+    """``value`` as the inside of a double-quoted PromQL string: it cannot end the string."""
+    return value.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
+
+
+def promql_duration(window: timedelta | str) -> str:
+    """A window as a PromQL duration of one unit (``30s``, ``1500ms``, ``2h``).
+
+    :raises ValueError: not positive, or (as text) not ``^\\d+(ms|s|m|h|d|w|y)$``.
+    """
+    if isinstance(window, str):
+        if not _WINDOW.fullmatch(window):
+            raise ValueError(f"window {window!r} is not a PromQL duration such as '30s' or '5m'")
+        return window
+    millis = window.total_seconds() * 1000
+    if not math.isfinite(millis) or round(millis) < 1:
+        raise ValueError(f"window {window} is not a positive duration of at least 1ms")
+    millis = round(millis)
+    for unit, size in (("d", 86_400_000), ("h", 3_600_000), ("m", 60_000), ("s", 1000)):
+        if millis % size == 0:
+            return f"{millis // size}{unit}"
+    return f"{millis}ms"
+
+
+def render(template: str, *, pool: str, window: timedelta | str, pool_label: str) -> str:
+    """Fill the placeholders of ``template`` in one pass (a value is never re-substituted).
+
+    :raises ValueError: a label name or window that is not valid PromQL.
+    """
+    if not _LABEL_NAME.fullmatch(pool_label):
+        raise ValueError(f"pool_label {pool_label!r} is not a Prometheus label name")
+    values = {
+        "pool": escape_label_value(pool),
+        "pool_label": pool_label,
+        "window": promql_duration(window),
+    }
+    return _PLACEHOLDER.sub(lambda match: values[match.group(1)], template)
+
+
+def template_problems(template: str) -> list[str]:
+    """What is wrong with one PromQL template, as messages (empty when it is fine)."""
+    problems = []
+    unknown = sorted(
+        m.group(0)
+        for m in _UNKNOWN_PLACEHOLDER.finditer(template)
+        if m.group(1) not in PLACEHOLDERS or m.group(0) != f"{{{m.group(1)}}}"
+    )
+    if unknown:
+        known = ", ".join(f"{{{p}}}" for p in PLACEHOLDERS)
+        problems.append(f"unknown placeholder {unknown[0]}; known: {known} (no spaces)")
+    pools = template.count("{pool}")
+    if pools == 0:
+        problems.append('must select the pool, e.g. {pool_label}="{pool}"')
+    elif len(_QUOTED_POOL.findall(template)) != pools:
+        # Escaping makes the value safe inside a plain string, not inside a regex matcher.
+        problems.append('{pool} must stand alone in a string matched with = or !=: ="{pool}"')
+    if re.search(r"(?<!\[)\{window\}", template):
+        problems.append("{window} must open a range selector: [{window}] or [{window}:]")
+    return problems
+
+
+class Signal(BaseModel):
+    """One signal of a template file."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
+
+    kind: Kind
+    query: str = Field(min_length=1)
+    samples: str | None = None
+    buckets: str | None = None
+    q: float | None = Field(default=None, gt=0.0, lt=1.0)
+    scale: float = Field(default=1.0, gt=0.0)
+    description: str = ""
+
+    @model_validator(mode="after")
+    def _fits_its_kind(self) -> Self:
+        if self.kind in ("ratio", "events", "quantile", "mean") and self.samples is None:
+            raise ValueError(f"a {self.kind} signal needs 'samples' (the exposure or count query)")
+        if self.kind == "quantile" and self.q is None:
+            raise ValueError("a quantile signal needs 'q', the quantile its query computes")
+        if self.kind != "quantile" and (self.buckets is not None or self.q is not None):
+            raise ValueError("'buckets' and 'q' belong to quantile signals only")
+        stated = {float(n) for n in _HISTOGRAM_QUANTILE.findall(self.query)}
+        if self.q is not None and stated - {self.q}:
+            raise ValueError(f"'q' is {self.q:g} but the query computes {max(stated - {self.q}):g}")
+        return self
+
+    def queries(self) -> dict[str, str]:
+        """The signal's PromQL templates by role: value, samples, buckets."""
+        found = {"value": self.query, "samples": self.samples, "buckets": self.buckets}
+        return {role: text for role, text in found.items() if text is not None}
+
+
+class _TemplateFile(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
+
+    description: str = ""
+    signals: dict[str, Signal] = Field(min_length=1)
+
+
+@dataclass(frozen=True)
+class Templates:
+    """The signals of one template file, with a plan's overrides applied."""
+
+    source: str
+    signals: Mapping[str, Signal]
+
+    def with_overrides(self, overrides: Mapping[str, str], where: str = "plan") -> Templates:
+        """These templates with ``overrides`` (signal -> PromQL) replacing signals' ``query``.
+
+        :raises BadInput: an override of a signal the file does not define (its kind would
+            be unknown), or a template with placeholder problems; ``where`` names the plan.
+        """
+        problems = []
+        signals = dict(self.signals)
+        for name, query in overrides.items():
+            field = f"metrics.overrides.{name}"
+            if name not in signals:
+                message = (
+                    f"{self.source} defines no signal {name!r} to take its kind from; "
+                    "add it to a template file"
+                )
+                problems.append(Problem(where, field, message))
+                continue
+            problems += [Problem(where, field, m) for m in template_problems(query)]
+            signals[name] = signals[name].model_copy(update={"query": query})
+        if problems:
+            raise BadInput(problems)
+        return replace(self, signals=signals)
+
+
+def resolve(reference: str, directory: Path = GATES_DIR) -> Path:
+    """The file a plan's ``metrics.templates`` names: a path, or a name in ``gates/``."""
+    if "/" in reference or reference.endswith((".yaml", ".yml")):
+        return Path(reference)
+    return directory / f"{reference}.yaml"
+
+
+def available(directory: Path = GATES_DIR) -> list[str]:
+    """The names of the template files in ``directory``."""
+    return sorted(p.stem for p in directory.glob("*.yaml")) if directory.is_dir() else []
+
+
+def load_templates(reference: str, directory: Path = GATES_DIR) -> Templates:
+    """Read and validate the template file ``reference`` names.
+
+    :raises BadInput: naming the file and the field for each problem.
+    """
+    path = resolve(reference, directory)
+    source = str(path)
+    try:
+        if path.stat().st_size > MAX_TEMPLATE_BYTES:
+            raise BadInput.one(source, "", f"is larger than {MAX_TEMPLATE_BYTES} bytes")
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        names = ", ".join(available(directory)) or "none"
+        raise BadInput.one(
+            source, "", f"no such template file (named templates in {directory}: {names})"
+        ) from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise BadInput.one(source, "", f"cannot be read: {exc}") from None
+    return parse_templates(text, source)
+
+
+def parse_templates(text: str, source: str = "<templates>") -> Templates:
+    """Validate template file ``text``; ``source`` names it in messages.
+
+    :raises BadInput: one problem per broken field.
+    """
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        raise BadInput.one(source, "", f"is not valid YAML: {exc}") from None
+    if not isinstance(data, dict):
+        raise BadInput.one(source, "", "expected a mapping with 'signals'")
+    try:
+        parsed = _TemplateFile.model_validate(data)
+    except ValidationError as exc:
+        raise BadInput(
+            [
+                Problem(
+                    source,
+                    ".".join(str(p) for p in e["loc"]),
+                    e["msg"].removeprefix("Value error, "),
+                )
+                for e in exc.errors()
+            ]
+        ) from None
+    problems = []
+    for name, signal in parsed.signals.items():
+        if not re.fullmatch(_SIGNAL_NAME, name):
+            problems.append(Problem(source, f"signals.{name}", "not a valid signal name"))
+        for role, template in signal.queries().items():
+            field = f"signals.{name}.{'query' if role == 'value' else role}"
+            problems += [Problem(source, field, m) for m in template_problems(template)]
+    if problems:
+        raise BadInput(problems)
+    return Templates(source, parsed.signals)
