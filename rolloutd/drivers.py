@@ -114,7 +114,11 @@ class PlanDrivers:
             try:
                 templates = load_templates(spec.templates).with_overrides(spec.overrides)
                 return PrometheusMetrics(
-                    spec.url, templates, pool_label=spec.pool_label, timeout=spec.timeout
+                    spec.url,
+                    templates,
+                    pool_label=spec.pool_label,
+                    timeout=spec.timeout,
+                    disable_ssl=not spec.tls_verify,
                 )
             except (BadInput, ValueError) as exc:
                 # The plan was accepted, but its templates cannot serve it: every gate of

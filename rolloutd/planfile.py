@@ -57,10 +57,28 @@ def parse_plan(text: str, source: str = "<plan>") -> LoadedPlan:
     problems = [Problem(source, path, message) for path, message in plan_problems(plan)]
     if problems:
         raise BadInput(problems)
+    _check_templates(plan, source)
     warnings = tuple(Problem(source, path, message) for path, message in plan_warnings(plan))
     return LoadedPlan(
         plan=plan, source=source, text=text, content_hash=content_hash(plan), warnings=warnings
     )
+
+
+def _check_templates(plan: Plan, source: str) -> None:
+    """A Prometheus plan's template file loads, its overrides fit it, and it answers every
+    signal the gates read with a kind they can judge.
+
+    :raises BadInput: naming the template file's own fields, or the plan's.
+    """
+    metrics = plan.metrics
+    if metrics.source != "prometheus" or metrics.templates is None:
+        return
+    from rolloutd.analysis.templates import load_templates, signal_problems
+
+    templates = load_templates(metrics.templates).with_overrides(metrics.overrides, where=source)
+    problems = signal_problems(plan.gates, templates)
+    if problems:
+        raise BadInput([Problem(source, path, message) for path, message in problems])
 
 
 def content_hash(plan: Plan) -> str:

@@ -135,7 +135,7 @@ def test_a_pause_after_shadow_keeps_weight_zero_and_keeps_mirroring() -> None:
 def test_gates_of_a_step_are_the_names_it_lists() -> None:
     """``gates_of`` returns a step's gate names in plan order, empty for a step without gates."""
     plan = example_plan()
-    assert plan.gates_of(0) == ("tool_args_no_regression", "schema_violations")
+    assert plan.gates_of(0) == ("tool_args_no_regression",)
     assert plan.gates_of(4) == ()
 
 
@@ -653,3 +653,104 @@ def test_a_plan_dumped_as_json_loads_again_with_the_same_hash() -> None:
     again = parse_plan(dumped, SOURCE)
     assert again.plan == loaded.plan
     assert again.content_hash == loaded.content_hash
+
+
+# --- gates where their pool serves no traffic ---------------------------------------------
+
+
+def test_a_gate_comparing_with_stable_is_refused_on_a_100_percent_step() -> None:
+    """At 100% stable serves nothing: a canary-vs-stable step gate could never pass."""
+    data = small_dict()
+    data["gates"]["not_worse"] = {"kind": "compare", "signal": "escalations"}
+    data["steps"][3]["gates"] = ["not_worse"]
+    (problem,) = problems_of(data)
+    assert problem.field == "steps[3].gates[0]"
+    assert "'not_worse' cannot apply here" in problem.message
+    assert "stable serves no live requests at 100%" in problem.message
+
+
+def test_live_canary_gates_are_refused_on_a_shadow_step_without_mirroring() -> None:
+    """Without mirroring the canary sees no requests at 0%; an event gate (restarts) and the
+    same gate at a mirrored shadow are fine."""
+    data = small_dict()
+    data["steps"][0] = {"kind": "shadow", "mirror": False, "gates": ["healthy", "crash"]}
+    (problem,) = problems_of(data)
+    assert problem.field == "steps[0].gates[0]"
+    assert "the canary serves no live requests at 0% without mirroring" in problem.message
+    data["steps"][0]["mirror"] = True
+    assert plan_of(data).steps[0].gates == ["healthy", "crash"]
+
+
+def test_a_stable_threshold_is_refused_at_100_percent() -> None:
+    """A threshold on the stable pool cannot be judged once stable takes nothing."""
+    data = small_dict()
+    data["gates"]["stable_ok"] = {
+        "kind": "threshold",
+        "signal": "error_rate",
+        "pool": "stable",
+        "max": 0.01,
+    }
+    data["steps"][4]["gates"] = ["healthy", "stable_ok"]
+    (problem,) = problems_of(data)
+    assert problem.field == "steps[4].gates[1]"
+
+
+# --- a Prometheus plan's signals, checked against its template file -------------------------
+
+
+def test_a_prometheus_plan_needs_a_template_file() -> None:
+    """Without metrics.templates no gate could be asked: refused at validation."""
+    data = example_dict()
+    del data["metrics"]["templates"]
+    (problem,) = problems_of(data)
+    assert problem.field == "metrics.templates"
+    assert "vllm, triton-trtllm" in problem.message
+
+
+def test_a_gate_signal_missing_from_the_templates_is_refused_naming_the_gate() -> None:
+    """A typo in a gate's signal is found by `plan validate`, not at the first tick."""
+    data = example_dict()
+    data["gates"]["queue_timeouts"]["signal"] = "queue_timout_rate"
+    (problem,) = problems_of(data)
+    assert (problem.source, problem.field) == (SOURCE, "gates.queue_timeouts.signal")
+    assert "defines no signal 'queue_timout_rate'" in problem.message
+    assert "queue_timeout_rate" in problem.message  # the known signals are listed
+
+
+def test_a_signal_of_the_wrong_kind_for_its_gate_is_refused() -> None:
+    """An events gate reads counts; a latency quantile there would count seconds as OOMs."""
+    data = example_dict()
+    data["gates"]["canary_oom"]["signal"] = "e2e_latency"
+    data["gates"]["escalations_not_rising"]["signal"] = "escalation_rate"
+    problems = {p.field: p.message for p in problems_of(data)}
+    assert "a events gate reads count or events signals" in problems["gates.canary_oom.signal"]
+    assert "is a quantile" in problems["gates.canary_oom.signal"]
+    assert "is a ratio" in problems["gates.escalations_not_rising.signal"]
+
+
+def test_an_override_of_an_unknown_signal_names_the_plan_and_field() -> None:
+    """Overrides keep the file's kind, so they must name a signal the file defines."""
+    data = example_dict()
+    data["metrics"]["overrides"] = {"kv_cache_usag": 'max(x{pool="{pool}"}[{window}])'}
+    (problem,) = problems_of(data)
+    assert (problem.source, problem.field) == (SOURCE, "metrics.overrides.kv_cache_usag")
+
+
+def test_a_capacity_gate_needs_its_two_signals_in_the_template_file(tmp_path: Path) -> None:
+    """The capacity watch reads sequence_tokens_p99 and kv_cache_usage by name."""
+    templates = tmp_path / "mine.yaml"
+    templates.write_text(
+        "signals:\n"
+        "  sequence_tokens_p99:\n"
+        "    kind: gauge\n"
+        '    query: max(tokens{pool="{pool}"})\n',
+        encoding="utf-8",
+    )
+    data = example_dict()
+    data["metrics"]["templates"] = str(templates)
+    data["gates"] = {"capacity_assumption": data["gates"]["capacity_assumption"]}
+    data["steps"] = [{"kind": "full"}, {"kind": "steady", "gates": ["capacity_assumption"]}]
+    data["rollback"] = {"triggers": []}
+    messages = [p.message for p in problems_of(data)]
+    assert any("'sequence_tokens_p99' (a quantile)" in m and "as a gauge" in m for m in messages)
+    assert any("'kv_cache_usage' (a gauge)" in m and "does not define" in m for m in messages)

@@ -1,10 +1,14 @@
 """Canary-vs-stable judges and the capacity watch: statistics that stay valid at every tick.
 
 ``compare`` tests event rates (escalations, timeouts, schema violations) with the one-sided
-Beta-binomial mixture over the events since the step's weight was verified: checking the
-cumulative data at every tick keeps the false-alarm rate at alpha (an anytime-valid test), so
-there is no "peeking" penalty. The evidence restarts at each step; alpha is split evenly across
-the steps that carry the gate, so the whole rollout's false-alarm rate stays at alpha.
+rate-ratio mixture over the events since the gate's first step was verified, each step with
+its own canary share: checking the cumulative data at every tick keeps the false-alarm rate
+at its alpha (an anytime-valid test), so there is no "peeking" penalty, and the evidence of
+the 5% step carries into the 25% one. A small regression (escalations 5% -> 6%) needs
+more events than an every-tick test can wait for, so by default the gate also makes one
+*final look* when the last step carrying it has baked: a one-sided two-proportion test over
+all of its steps. The every-tick test spends ``sequential_share`` of alpha and the final look
+the rest, so the whole rollout's false-alarm rate stays at alpha (a union bound).
 
 ``latency`` bounds the canary's quantile from Prometheus histogram buckets (time-uniform
 bounds at bucket boundaries, see ``rolloutd.analysis.quantiles``) and flags "slower than the
@@ -18,20 +22,32 @@ with its limit; failing it means the capacity analysis the change was planned on
 
 from __future__ import annotations
 
+import math
 from dataclasses import replace
+from datetime import datetime
 from typing import Any
 
 from rolloutd.actions import Verdict
 from rolloutd.analysis.base import Evaluation, Judging, Measurement, MeasurementError, finite
 from rolloutd.analysis.quantiles import compare_latency
-from rolloutd.analysis.sequential import beta_binomial_test, traffic_share
+from rolloutd.analysis.sequential import (
+    Segment,
+    rate_ratio_test,
+    traffic_share,
+    two_proportion_test,
+)
 from rolloutd.plan import CapacityGate, CompareGate, GateSpec, LatencyGate
 
 CAPACITY_INVALID = "the capacity analysis is invalid: rerun it before scaling further"
 
 
 def judge_compare(spec: GateSpec, judging: Judging) -> Evaluation:
-    """Canary events vs stable events, given each pool's exposure (``samples``)."""
+    """Canary events vs stable events, given each pool's exposure (``samples``).
+
+    Every tick: the anytime-valid test on the step's cumulative counts. At the last step
+    carrying the gate, with ``final_look``: no pass before the bake is over, then one
+    fixed-horizon test over all of the gate's steps; the two share ``alpha``.
+    """
     assert isinstance(spec, CompareGate)
     window = judging.since_step_start(spec.window)
     canary = judging.source.measure(spec.signal, "canary", window, judging.now)
@@ -43,11 +59,14 @@ def judge_compare(spec: GateSpec, judging: Judging) -> Evaluation:
             f"{spec.signal} has no exposure counts (sessions or requests) to compare rates",
             query=canary.query,
         )
-    steps = sum(1 for step in judging.plan.steps if judging.name in step.gates) or 1
-    alpha = spec.alpha / steps
+    # Only a step gate makes a final look; a trigger's every-tick test keeps all of alpha.
+    looks = spec.final_look and judging.role == "step"
+    alpha = spec.alpha * (spec.sequential_share if looks else 1.0)
+    earlier = _earlier_segments(spec, judging)
     try:
         rho = traffic_share(canary.samples, stable.samples)
-        result = beta_binomial_test(k, stable_events, rho, alpha=alpha)
+        current = Segment(k, stable_events, rho)
+        result = rate_ratio_test([*(s for s, _ in earlier), current], alpha=alpha)
     except ValueError as exc:
         raise MeasurementError(str(exc), query=canary.query) from None
     canary_rate = k / canary.samples if canary.samples else None
@@ -57,7 +76,8 @@ def judge_compare(spec: GateSpec, judging: Judging) -> Evaluation:
         "canary": {"events": k, "exposure": canary.samples, "rate": canary_rate},
         "stable": {"events": stable_events, "exposure": stable.samples, "rate": stable_rate},
         "window_seconds": window.total_seconds(),
-        "alpha_per_step": alpha,
+        "sequential_alpha": alpha,
+        "earlier_steps": [detail for _, detail in earlier],
     }
     evaluation = Evaluation(
         judging.name,
@@ -77,10 +97,78 @@ def judge_compare(spec: GateSpec, judging: Judging) -> Evaluation:
             f"Bayes factor {result.bf:.3g} >= {1 / alpha:g}"
         )
         return _with(evaluation, Verdict.FAIL, reason)
+    final = judging.final if looks else None
+    if final is not None:
+        if final.end is None:
+            return _with(evaluation, Verdict.PENDING, "the final look comes when the bake is over")
+        look = _final_look(spec, judging, final.start, final.end)
+        evaluation = _replace_evidence(evaluation, {"final_look": look})
+        if look["reject"]:
+            reason = (
+                f"final look over {look['window_seconds']:.0f}s: canary {spec.signal} rate "
+                f"{_pct(look['canary_rate'])} vs stable {_pct(look['stable_rate'])}, "
+                f"z {look['z']:.2f} > {look['critical_z']:.2f}"
+            )
+            return _with(evaluation, Verdict.FAIL, reason)
     if result.total_events < spec.min_events:
         reason = f"{result.total_events:g} events of the {spec.min_events} needed"
         return _with(evaluation, Verdict.PENDING, reason)
     return evaluation
+
+
+def _earlier_segments(spec: CompareGate, judging: Judging) -> list[tuple[Segment, dict[str, Any]]]:
+    """Each earlier step's counts, asked at its end, with its own canary share: one
+    rate-ratio test across steps stays anytime-valid while the weight changes."""
+    found = []
+    for start, end in judging.earlier:
+        window = end - start
+        canary = judging.source.measure(spec.signal, "canary", window, end)
+        stable = judging.source.measure(spec.signal, "stable", window, end)
+        k_c, k_s = finite(canary, spec.signal, "canary"), finite(stable, spec.signal, "stable")
+        if not canary.samples or not stable.samples:
+            continue  # no exposure on a pool then: no evidence either way
+        rho = traffic_share(canary.samples, stable.samples)
+        detail = {
+            "start": start.isoformat(),
+            "end": end.isoformat(),
+            "canary_events": k_c,
+            "stable_events": k_s,
+            "canary_share": rho,
+        }
+        found.append((Segment(k_c, k_s, rho), detail))
+    return found
+
+
+def _final_look(
+    spec: CompareGate, judging: Judging, start: datetime, end: datetime
+) -> dict[str, Any]:
+    """The fixed-horizon test over ``[start, end]``, asked at ``end`` so every look sees the
+    same data; it gets the share of alpha the sequential test leaves."""
+    window = end - start
+    canary = judging.source.measure(spec.signal, "canary", window, end)
+    stable = judging.source.measure(spec.signal, "stable", window, end)
+    k_c = finite(canary, spec.signal, "canary")
+    k_s = finite(stable, spec.signal, "stable")
+    if canary.samples is None or stable.samples is None:
+        raise MeasurementError(f"{spec.signal} has no exposure counts", query=canary.query)
+    try:
+        look = two_proportion_test(
+            k_c,
+            canary.samples,
+            k_s,
+            stable.samples,
+            alpha=spec.alpha * (1.0 - spec.sequential_share),
+        )
+    except ValueError as exc:
+        raise MeasurementError(f"final look: {exc}", query=canary.query) from None
+    return {
+        **look.as_evidence(),
+        "start": start.isoformat(),
+        "end": end.isoformat(),
+        "window_seconds": window.total_seconds(),
+        "canary": {"events": k_c, "exposure": canary.samples},
+        "stable": {"events": k_s, "exposure": stable.samples},
+    }
 
 
 def judge_latency(spec: GateSpec, judging: Judging) -> Evaluation:
@@ -89,6 +177,9 @@ def judge_latency(spec: GateSpec, judging: Judging) -> Evaluation:
     window = judging.since_step_start(spec.window)
     canary = judging.source.measure(spec.signal, "canary", window, judging.now)
     estimate = finite(canary, spec.signal, "canary")
+    if spec.max_ratio is not None and judging.idle_pool() == "stable":
+        # At 100% there is no stable traffic to compare with: the target alone applies.
+        spec = spec.model_copy(update={"max_ratio": None})
     stable: Measurement | None = None
     if spec.max_ratio is not None:
         stable = judging.source.measure(spec.signal, "stable", window, judging.now)
@@ -114,12 +205,16 @@ def judge_latency(spec: GateSpec, judging: Judging) -> Evaluation:
     stable_buckets = stable.raw.get("buckets") if stable is not None else None
     if spec.max_ratio is not None and not stable_buckets:
         raise MeasurementError(f"no {spec.signal} histogram for stable", query=canary.query)
+    # Against stable, alpha is shared: half for the quantile bounds, half for the rate of
+    # requests slower than the target (a union bound keeps the gate's false alarms at alpha).
+    alpha = LATENCY_ALPHA / 2 if stable_buckets else LATENCY_ALPHA
     try:
         comparison = compare_latency(
-            [(float(le), float(n)) for le, n in buckets],
-            [(float(le), float(n)) for le, n in stable_buckets] if stable_buckets else None,
+            _as_buckets(buckets),
+            _as_buckets(stable_buckets) if stable_buckets else None,
             target_seconds=spec.target_seconds,
             max_ratio=spec.max_ratio,
+            alpha=alpha,
         )
     except ValueError as exc:
         raise MeasurementError(str(exc), query=canary.query) from None
@@ -132,7 +227,90 @@ def judge_latency(spec: GateSpec, judging: Judging) -> Evaluation:
         lower = comparison.canary.lower
         reason = f"canary p95 is at least {lower:.3g}s: slower than {which} ({threshold})"
         return _with(evaluation, Verdict.FAIL, reason)
+    if stable_buckets and spec.max_ratio is not None:
+        slow = _slow_requests(spec, judging, buckets, stable_buckets, alpha)
+        if slow is not None:
+            evaluation = _replace_evidence(evaluation, {"slow_requests": slow})
+            if slow["reject"]:
+                reason = (
+                    f"{_pct(slow['canary_share'])} of canary requests take over "
+                    f"{slow['edge_seconds']:g}s against {_pct(slow['stable_share'])} on "
+                    f"stable: more than {spec.max_ratio:g}x (Bayes factor {slow['bf']:.3g})"
+                )
+                return _with(evaluation, Verdict.FAIL, reason)
     return evaluation
+
+
+LATENCY_ALPHA = 0.05
+"""The latency gate's false-alarm rate, however often it is checked."""
+
+
+def _as_buckets(raw: Any) -> list[tuple[float, float]]:
+    return [(float(le), float(n)) for le, n in raw]
+
+
+def _above(buckets: list[tuple[float, float]], edge: float) -> tuple[float, float]:
+    """(observations above ``edge``, all observations) from cumulative buckets."""
+    total = max((n for _, n in buckets), default=0.0)
+    within = next((n for le, n in buckets if le == edge), 0.0)
+    return total - within, total
+
+
+def _slow_requests(
+    spec: LatencyGate,
+    judging: Judging,
+    buckets: Any,
+    stable_buckets: Any,
+    alpha: float,
+) -> dict[str, Any] | None:
+    """Requests slower than the target, canary vs stable: a rate-ratio test (across the
+    gate's steps, each with its canary share) of "the canary's rate is more than
+    ``max_ratio`` times stable's". It sees a slower tail long before a p95 bound does."""
+    canary, stable = _as_buckets(buckets), _as_buckets(stable_buckets)
+    edges = sorted(le for le, _ in canary if math.isfinite(le) and le >= spec.target_seconds)
+    if not edges:
+        return None  # the histogram stops below the target: nothing to count
+    edge, ratio = edges[0], spec.max_ratio or 1.0
+    found = []
+    for start, end in judging.earlier:
+        window = end - start
+        c = judging.source.measure(spec.signal, "canary", window, end).raw.get("buckets")
+        s = judging.source.measure(spec.signal, "stable", window, end).raw.get("buckets")
+        if c and s:
+            found.append(_slow_segment(_as_buckets(c), _as_buckets(s), edge, ratio))
+    found.append(_slow_segment(canary, stable, edge, ratio))
+    segments = [seg for seg in found if seg is not None]
+    if not segments:
+        return None
+    result = rate_ratio_test([seg for seg, _ in segments], alpha=alpha)
+    slow_c, n_c = _above(canary, edge)
+    slow_s, n_s = _above(stable, edge)
+    return {
+        "method": "rate-ratio mixture on requests slower than the target, one-sided",
+        "edge_seconds": edge,
+        "max_ratio": ratio,
+        "canary_share": slow_c / n_c if n_c else None,
+        "stable_share": slow_s / n_s if n_s else None,
+        "bf": result.bf if math.isfinite(result.bf) else None,
+        "alpha": alpha,
+        "reject": result.reject,
+        "steps": [detail for _, detail in segments],
+    }
+
+
+def _slow_segment(
+    canary: list[tuple[float, float]], stable: list[tuple[float, float]], edge: float, ratio: float
+) -> tuple[Segment, dict[str, Any]] | None:
+    """One step's slow requests with the canary share shifted so that "rate ratio <= 1"
+    means "canary's rate <= ratio x stable's" (``rho' = rho r / (rho r + 1 - rho)``)."""
+    slow_c, n_c = _above(canary, edge)
+    slow_s, n_s = _above(stable, edge)
+    if n_c <= 0 or n_s <= 0:
+        return None
+    rho = n_c / (n_c + n_s)
+    shifted = rho * ratio / (rho * ratio + 1.0 - rho)
+    detail = {"canary_slow": slow_c, "canary": n_c, "stable_slow": slow_s, "stable": n_s}
+    return Segment(slow_c, slow_s, shifted), detail
 
 
 def _latency_point_estimate(

@@ -32,10 +32,25 @@ def evaluate_gate(spec: GateSpec, judging: Judging) -> Evaluation:
             now,
             reason=f"gate kind {spec.kind!r} cannot be evaluated by this rolloutd",
         )
+    idle = judging.idle_pool()
+    if idle is not None and idle in spec.live_pools():
+        return Evaluation(
+            name,
+            role,
+            Verdict.PENDING,
+            now,
+            reason=f"not applicable at {judging.weight}%: {IDLE_REASON[idle]}",
+        )
     try:
         return judge(spec, judging)
     except MeasurementError as exc:
         return Evaluation(name, role, Verdict.INCONCLUSIVE, now, query=exc.query, reason=exc.reason)
+
+
+IDLE_REASON = {
+    "canary": "the canary serves no live traffic (weight 0, not mirrored)",
+    "stable": "stable serves no live traffic to compare with",
+}
 
 
 def _threshold(spec: GateSpec, judging: Judging) -> Evaluation:

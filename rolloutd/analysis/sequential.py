@@ -41,6 +41,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
+from statistics import NormalDist
 from typing import Any
 
 #: Concentration of the Beta mixture: tuned (like a normal mixture) for decisions after
@@ -107,6 +108,70 @@ def traffic_share(canary: float, stable: float) -> float:
     if canary + stable <= 0:
         raise ValueError("no traffic on either pool: the canary's share is undefined")
     return canary / (canary + stable)
+
+
+@dataclass(frozen=True)
+class FinalLook:
+    """The one fixed-horizon test a compare gate makes at the end of its last step."""
+
+    z: float
+    critical: float
+    alpha: float
+    reject: bool
+    canary_rate: float
+    stable_rate: float
+
+    def as_evidence(self) -> dict[str, Any]:
+        """JSON-safe fields for the gate's evidence."""
+        return {
+            "method": "two-proportion z test, one-sided, once at the horizon",
+            "z": round(self.z, 6),
+            "critical_z": round(self.critical, 6),
+            "alpha": self.alpha,
+            "reject": self.reject,
+            "canary_rate": self.canary_rate,
+            "stable_rate": self.stable_rate,
+        }
+
+
+def two_proportion_test(
+    canary_events: float,
+    canary_exposure: float,
+    stable_events: float,
+    stable_exposure: float,
+    *,
+    alpha: float,
+) -> FinalLook:
+    """One-sided pooled two-proportion z test of "canary rate > stable rate", for one look.
+
+    It is valid only when made once on data fixed in advance (the whole horizon), which is
+    how a compare gate uses it: the sequential test above catches large regressions early,
+    and this single test at the end has the power a small one needs (Kayenta's strength),
+    the two sharing alpha by a union bound.
+
+    :raises ValueError: no exposure on a pool, events above exposure, or a bad ``alpha``.
+    """
+    _check_alpha(alpha)
+    for value, what in (
+        (canary_events, "canary events"),
+        (canary_exposure, "canary exposure"),
+        (stable_events, "stable events"),
+        (stable_exposure, "stable exposure"),
+    ):
+        _check_count(value, what)
+    if canary_exposure <= 0 or stable_exposure <= 0:
+        raise ValueError("a pool has no exposure: the final look needs traffic on both")
+    if canary_events > canary_exposure or stable_events > stable_exposure:
+        raise ValueError("more events than exposure: the signal's samples do not count them")
+    p_c, p_s = canary_events / canary_exposure, stable_events / stable_exposure
+    pooled = (canary_events + stable_events) / (canary_exposure + stable_exposure)
+    critical = NormalDist().inv_cdf(1.0 - alpha)
+    if pooled in (0.0, 1.0):
+        z = 0.0
+    else:
+        spread = pooled * (1.0 - pooled) * (1.0 / canary_exposure + 1.0 / stable_exposure)
+        z = (p_c - p_s) / math.sqrt(spread)
+    return FinalLook(z, critical, alpha, z > critical, p_c, p_s)
 
 
 def beta_binomial_test(

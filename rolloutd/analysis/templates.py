@@ -249,3 +249,49 @@ def parse_templates(text: str, source: str = "<templates>") -> Templates:
     if problems:
         raise BadInput(problems)
     return Templates(source, parsed.signals)
+
+
+# What each gate kind can read: the signal kinds whose answers make sense to it.
+_KINDS_FOR_GATE: dict[str, frozenset[str]] = {
+    "events": frozenset({"count", "events"}),
+    "compare": frozenset({"events"}),
+    "latency": frozenset({"quantile", "mean"}),
+}
+# The capacity watch reads two signals by name (it has no 'signal' field).
+CAPACITY_SIGNALS: dict[str, str] = {"sequence_tokens_p99": "quantile", "kv_cache_usage": "gauge"}
+
+
+def signal_problems(gates: Mapping[str, object], templates: Templates) -> list[tuple[str, str]]:
+    """Gates whose signal the templates lack, or whose signal's kind the gate cannot read,
+    as (field path, message): found when a plan is validated, not at its first tick."""
+    problems = []
+    known = ", ".join(sorted(templates.signals))
+    for name, gate in gates.items():
+        kind = getattr(gate, "kind", None)
+        if kind == "capacity":
+            for needed, wanted in CAPACITY_SIGNALS.items():
+                found = templates.signals.get(needed)
+                if found is None or found.kind != wanted:
+                    have = "does not define" if found is None else f"defines as a {found.kind}"
+                    message = (
+                        f"the capacity watch reads {needed!r} (a {wanted}), which "
+                        f"{templates.source} {have}"
+                    )
+                    problems.append((f"gates.{name}", message))
+            continue
+        signal = getattr(gate, "signal", None)
+        if signal is None:
+            continue
+        spec = templates.signals.get(signal)
+        if spec is None:
+            message = f"{templates.source} defines no signal {signal!r} (it defines: {known})"
+            problems.append((f"gates.{name}.signal", message))
+            continue
+        allowed = _KINDS_FOR_GATE.get(str(kind))
+        if allowed is not None and spec.kind not in allowed:
+            message = (
+                f"a {kind} gate reads {' or '.join(sorted(allowed))} signals; {signal!r} in "
+                f"{templates.source} is a {spec.kind}"
+            )
+            problems.append((f"gates.{name}.signal", message))
+    return problems

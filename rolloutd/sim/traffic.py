@@ -273,6 +273,7 @@ class TrafficGenerator:
             tally.ok += 1
             tally.latencies.append(float(payload.get("rolloutd", {}).get("e2e_s", 0.0)))
         self.gateway.add(pool, "requests")
+        self._observe(pool, payload)
         calls = message.get("tool_calls") or []
         if not calls:
             with self._lock:
@@ -290,6 +291,15 @@ class TrafficGenerator:
             self._count(pool, "schema_violations")
             return pool, "violation"
         return pool, None
+
+    def _observe(self, pool: str, payload: dict[str, Any]) -> None:
+        """The gateway's histograms: the request's duration and its prompt+output tokens."""
+        timings, usage = payload.get("rolloutd") or {}, payload.get("usage") or {}
+        duration, tokens = timings.get("e2e_s"), usage.get("total_tokens")
+        if isinstance(duration, int | float):
+            self.gateway.observe(pool, "request_duration_seconds", float(duration))
+        if isinstance(tokens, int | float):
+            self.gateway.observe(pool, "request_tokens", float(tokens))
 
     def _bad(self, pool: str, event: str) -> str:
         with self._lock:

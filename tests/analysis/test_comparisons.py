@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+import math
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+import pytest
 import yaml
 
 from rolloutd.actions import Verdict
-from rolloutd.analysis.base import Judging
+from rolloutd.analysis.base import FinalWindow, Judging
 from rolloutd.analysis.gates import evaluate_gate
 from rolloutd.analysis.sources import MemoryMetrics
 from rolloutd.errors import BadInput
@@ -35,7 +37,7 @@ def _plan(gates: dict[str, Any], capacity: bool = True) -> Plan:
             {"kind": "canary", "weight": 5, "bake": "1h", "gates": list(gates)},
             {"kind": "canary", "weight": 25, "bake": "1h", "gates": list(gates)},
             {"kind": "full"},
-            {"kind": "steady", "duration": "1h", "gates": list(gates)},
+            {"kind": "steady", "duration": "1h", "gates": [g for g in gates if g == "cap"]},
         ],
     }
     if not capacity:
@@ -62,7 +64,8 @@ def test_compare_fails_when_the_canary_escalates_far_more_than_its_share() -> No
     assert result.verdict is Verdict.FAIL
     assert result.statistic is not None and result.statistic > 0
     assert result.evidence["canary"]["events"] == 40
-    assert result.evidence["alpha_per_step"] == 0.05 / 3
+    # The every-tick test spends 20% of alpha, the final look 80%.
+    assert result.evidence["sequential_alpha"] == pytest.approx(0.05 * 0.2)
     assert "Bayes factor" in result.reason
 
 
@@ -180,3 +183,170 @@ def test_nan_and_inf_are_inconclusive_never_a_pass() -> None:
         result = _judge(_plan(gates), "t", metrics)
         assert result.verdict is Verdict.INCONCLUSIVE
         assert "not a finite number" in result.reason
+
+
+def _judge_at(plan: Plan, gate: str, metrics: MemoryMetrics, weight: int, mirrored: bool = False):
+    judging = Judging(
+        gate, "trigger", metrics, NOW, plan, NOW - timedelta(hours=1), weight, mirrored
+    )
+    return evaluate_gate(plan.gates[gate], judging)
+
+
+def test_a_comparison_does_not_apply_where_one_pool_serves_nothing() -> None:
+    """At 100% (no stable traffic) and at an unmirrored 0% (no canary traffic) a
+    canary-vs-stable trigger is pending "not applicable" -- neither a pass on no data nor an
+    inconclusive that would pause the rollout -- and the source is not even asked."""
+    metrics = MemoryMetrics()  # empty: asking it would be inconclusive
+    plan = _plan(ESCALATIONS)
+    for weight in (100, 0):
+        result = _judge_at(plan, "esc", metrics, weight)
+        assert result.verdict is Verdict.PENDING, result
+        assert result.reason.startswith(f"not applicable at {weight}%")
+    assert _judge_at(plan, "esc", metrics, 0, mirrored=True).verdict is Verdict.INCONCLUSIVE
+    assert _judge_at(plan, "esc", metrics, 25).verdict is Verdict.INCONCLUSIVE
+
+
+def test_restart_counts_apply_at_every_weight() -> None:
+    """An OOM needs no requests to be seen: the events gate is judged even at 0%."""
+    metrics = MemoryMetrics()
+    metrics.set("oom_events", "canary", 1)
+    plan = _plan({"oom": {"kind": "events", "signal": "oom_events"}})
+    assert _judge_at(plan, "oom", metrics, 0).verdict is Verdict.BREACH
+
+
+def test_latency_at_100_percent_is_judged_against_its_target_alone() -> None:
+    """With no stable traffic the ratio is dropped; the absolute target still holds."""
+    metrics = MemoryMetrics()
+    metrics.set("e2e_latency", "canary", 4.0, 3000, {"buckets": _buckets(2.0, 3000)})
+    plan = _plan(LATENCY)
+    passed = _judge_at(plan, "lat", metrics, 100)
+    assert passed.verdict is Verdict.PASS
+    assert passed.threshold == "p95 < 12s"
+    metrics.set("e2e_latency", "canary", 30.0, 3000, {"buckets": _buckets(16.0, 3000)})
+    failed = _judge_at(plan, "lat", metrics, 100)
+    assert failed.verdict is Verdict.FAIL and "slower than the target" in failed.reason
+
+
+def _judge_final(plan: Plan, metrics: MemoryMetrics, end: datetime | None) -> Any:
+    window = FinalWindow(NOW - timedelta(hours=2), end)
+    judging = Judging("esc", "step", metrics, NOW, plan, NOW - timedelta(hours=1), 25, final=window)
+    return evaluate_gate(plan.gates["esc"], judging)
+
+
+def test_the_final_look_catches_a_rise_too_small_for_the_every_tick_test() -> None:
+    """Escalations 5% -> 6% over 3,000 canary sessions: the mixture cannot reject, the
+    one-sided z test at the end of the last bake does (z ~ 2.28), with its evidence."""
+    metrics = MemoryMetrics()
+    metrics.set("escalations", "canary", 180, samples=3000)
+    metrics.set("escalations", "stable", 850, samples=17000)
+    plan = _plan(ESCALATIONS)
+    before = _judge_final(plan, metrics, None)
+    assert before.verdict is Verdict.PENDING
+    assert "final look" in before.reason and before.evidence["reject"] is False
+    after = _judge_final(plan, metrics, NOW - timedelta(minutes=5))
+    assert after.verdict is Verdict.FAIL, after.reason
+    look = after.evidence["final_look"]
+    assert look["reject"] and look["alpha"] == pytest.approx(0.04)
+    # pooled 1030/20000; se = sqrt(.0515 * .9485 * (1/3000 + 1/17000)) = .004377
+    assert look["z"] == pytest.approx(0.01 / 0.0043768, rel=1e-4)
+    assert look["window_seconds"] == 6900.0
+    assert "final look over 6900s" in after.reason
+
+
+def test_the_final_look_passes_a_canary_no_worse_than_stable() -> None:
+    """Same rates on both pools: the final look does not reject, the gate passes."""
+    metrics = MemoryMetrics()
+    metrics.set("escalations", "canary", 150, samples=3000)
+    metrics.set("escalations", "stable", 850, samples=17000)
+    result = _judge_final(_plan(ESCALATIONS), metrics, NOW - timedelta(minutes=5))
+    assert result.verdict is Verdict.PASS
+    assert result.evidence["final_look"]["reject"] is False
+
+
+def test_without_the_final_look_the_every_tick_test_gets_all_of_alpha() -> None:
+    """``final_look: false`` keeps the pure sequential gate, which may pass mid-bake."""
+    gates = {"esc": {**ESCALATIONS["esc"], "final_look": False}}
+    metrics = MemoryMetrics()
+    metrics.set("escalations", "canary", 5, samples=500)
+    metrics.set("escalations", "stable", 95, samples=9500)
+    result = _judge_final(_plan(gates), metrics, None)
+    assert result.verdict is Verdict.PASS
+    assert result.evidence["sequential_alpha"] == pytest.approx(0.05)
+    assert "final_look" not in result.evidence
+
+
+def test_a_trigger_makes_no_final_look_and_keeps_all_of_alpha() -> None:
+    """Triggers are judged at every step and have no horizon: the mixture gets all of alpha."""
+    metrics = MemoryMetrics()
+    metrics.set("escalations", "canary", 5, samples=500)
+    metrics.set("escalations", "stable", 95, samples=9500)
+    result = _judge_at(_plan(ESCALATIONS), "esc", metrics, 25)
+    assert result.verdict is Verdict.PASS
+    assert result.evidence["sequential_alpha"] == pytest.approx(0.05)
+
+
+def test_the_evidence_of_earlier_steps_carries_into_this_one() -> None:
+    """A rise too weak to show in the 25% step alone is caught with the 5% step's events
+    (each step judged with its own canary share), and the earlier step is in the evidence."""
+    metrics = MemoryMetrics()
+    gates = {"esc": {**ESCALATIONS["esc"], "final_look": False}}
+    plan = _plan(gates)
+    # Each step: 20 of 50 events on the canary at a 25% share (canary rate 2x stable).
+    metrics.set("escalations", "canary", 20, samples=250)
+    metrics.set("escalations", "stable", 30, samples=750)
+    alone = _judge_at(plan, "esc", metrics, 25)
+    assert alone.verdict is Verdict.PASS
+    earlier = ((NOW - timedelta(hours=3), NOW - timedelta(hours=2)),)
+    judging = Judging(
+        "esc", "trigger", metrics, NOW, plan, NOW - timedelta(hours=1), 25, earlier=earlier
+    )
+    both = evaluate_gate(plan.gates["esc"], judging)
+    # MemoryMetrics answers every window alike: the earlier step adds the same 20 vs 30.
+    assert both.verdict is Verdict.FAIL, both.reason
+    (step,) = both.evidence["earlier_steps"]
+    assert step["canary_events"] == 20 and step["canary_share"] == 0.25
+    assert both.statistic is not None and alone.statistic is not None
+    assert both.statistic > alone.statistic
+
+
+def _lognormal_buckets(scale: float, count: int) -> list[list[float]]:
+    """Expected cumulative counts of a lognormal (median 2 s x ``scale``, sigma 0.5) in
+    Prometheus native-histogram buckets (0.25 s x 2^(i/8))."""
+    bounds = [0.25 * 2 ** (i / 8) for i in range(57)]
+    mu = math.log(2.0 * scale)
+    cdf = [0.5 * math.erfc(-(math.log(b) - mu) / (0.5 * math.sqrt(2))) for b in bounds]
+    return [[b, round(count * p)] for b, p in zip(bounds, cdf, strict=True)] + [
+        [float("inf"), count]
+    ]
+
+
+SLOW = {
+    "lat": {"kind": "latency", "signal": "e2e_latency", "target_seconds": 5.23, "max_ratio": 1.1}
+}
+
+
+def test_a_slower_tail_fails_on_the_rate_of_requests_over_the_target() -> None:
+    """p95 +20% on 3,000 canary requests: the p95 bounds cannot yet say so, the share of
+    requests over the target (~4% against ~2% on stable) can, and the evidence shows both."""
+    metrics = MemoryMetrics()
+    metrics.set("e2e_latency", "canary", 5.5, 3000, {"buckets": _lognormal_buckets(1.2, 3000)})
+    metrics.set("e2e_latency", "stable", 4.6, 57000, {"buckets": _lognormal_buckets(1.0, 57000)})
+    result = _judge_at(_plan(SLOW), "lat", metrics, 5)
+    assert result.verdict is Verdict.FAIL, result.reason
+    slow = result.evidence["slow_requests"]
+    assert slow["reject"] and slow["alpha"] == 0.025
+    # Counted above the first bucket edge at or over the target (5.66 s): ~4.3% vs ~1.9%.
+    assert slow["edge_seconds"] == pytest.approx(0.25 * 2**4.5)
+    assert 0.035 < slow["canary_share"] < 0.05 and 0.015 < slow["stable_share"] < 0.025
+    assert "of canary requests take over" in result.reason
+    assert result.evidence["slower_than_target"] is False  # the bounds alone would pass
+
+
+def test_the_same_tail_on_both_pools_passes_the_slow_request_test() -> None:
+    """No regression: the canary's share over the target matches stable's, no rejection."""
+    metrics = MemoryMetrics()
+    metrics.set("e2e_latency", "canary", 4.6, 3000, {"buckets": _lognormal_buckets(1.0, 3000)})
+    metrics.set("e2e_latency", "stable", 4.6, 57000, {"buckets": _lognormal_buckets(1.0, 57000)})
+    result = _judge_at(_plan(SLOW), "lat", metrics, 5)
+    assert result.verdict is Verdict.PASS
+    assert result.evidence["slow_requests"]["reject"] is False

@@ -57,7 +57,9 @@ def gates(window: str = "30s") -> dict[str, Any]:
             "kind": "latency",
             "signal": "e2e_latency",
             "target_seconds": 10.0,
-            "max_ratio": 1.2,
+            # Generous: the slow-request test then tolerates the canary replica's own load
+            # differing from stable's; +50% latency still puts ~60% of requests over 10 s.
+            "max_ratio": 1.5,
             "min_samples": 100,
             "window": window,
         },
@@ -90,6 +92,12 @@ def gates(window: str = "30s") -> dict[str, Any]:
             "window": window,
         },
         "canary_oom": {"kind": "events", "signal": "oom_events", "max_events": 0, "window": window},
+        "capacity_assumption": {
+            "kind": "capacity",
+            "margin": 0.05,
+            "kv_usage_max": 0.95,
+            "window": window,
+        },
         "schema_violations_breach": {
             "kind": "threshold",
             "signal": "schema_violation_rate",
@@ -208,8 +216,10 @@ class Stack:
         bakes: tuple[str, str] = ("15s", "15s"),
         max_inconclusive: int = 6,
         gate_overrides: dict[str, dict[str, Any]] | None = None,
+        steady: str = "10s",
     ) -> dict[str, Any]:
-        """A short plan over this stack: canary 5% -> canary 25% -> full."""
+        """A short plan over this stack: canary 5% -> canary 25% -> full -> steady, where
+        the capacity watch holds prompt+output p99 to the canary's max_seq_len of 8,192."""
         assert self.fleet is not None and self.haproxy is not None and self.prometheus is not None
         all_gates = gates()
         for gate, changes in (gate_overrides or {}).items():
@@ -232,6 +242,7 @@ class Stack:
                 "timeout": "2s",
             },
             "artefacts": {"stable": "atlas-70b-msl32768", "canary": "atlas-70b-msl8192"},
+            "capacity": {"max_seq_len": 8192, "target_concurrency": 16},
             "interval": "2s",
             "trigger_interval": "1s",
             "limits": {"max_inconclusive": max_inconclusive, "on_inconclusive": "pause"},
@@ -240,6 +251,7 @@ class Stack:
                 {"kind": "canary", "weight": 5, "bake": bakes[0], "gates": STEP_GATES},
                 {"kind": "canary", "weight": 25, "bake": bakes[1], "gates": STEP_GATES},
                 {"kind": "full"},
+                {"kind": "steady", "duration": steady, "gates": ["capacity_assumption"]},
             ],
             "rollback": {"triggers": TRIGGERS},
         }

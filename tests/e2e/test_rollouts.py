@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 import pytest
 
-from tests.e2e.stack import CANARY, Stack
+from tests.e2e.stack import CANARY, Stack, wait_until
 
 pytestmark = [pytest.mark.postgres, pytest.mark.slow]
 
@@ -30,9 +30,42 @@ def test_a_healthy_canary_reaches_100_percent(stack_for: StackFor) -> None:
     assert stack.weight() == 100
     kinds = stack.event_kinds(rollout)
     assert "rollback_started" not in kinds
-    assert kinds.count("step_completed") == 3
+    assert kinds.count("step_completed") == 4
     passes = {e["gate"] for e in stack.evaluations(rollout) if e["verdict"] == "pass"}
-    assert passes >= {"latency_p95", "queue_timeouts", "schema_violations", "canary_oom"}
+    assert passes >= {
+        "latency_p95",
+        "queue_timeouts",
+        "schema_violations",
+        "canary_oom",
+        "capacity_assumption",
+    }
+    # The capacity watch read a real p99 from the gateway's token histogram: ~6,900 tokens.
+    capacity = stack.evaluations(rollout, "capacity_assumption")[-1]
+    assert 6000 < capacity["value"] < 8192 * 0.95, capacity
+
+
+def test_longer_prompts_at_steady_state_invalidate_the_capacity_analysis(
+    stack_for: StackFor,
+) -> None:
+    """Prompts 25% longer once the canary takes everything: the capacity watch fails with
+    "the capacity analysis is invalid", alerts, and holds the rollout at 100% (no rollback:
+    the build is not at fault, the plan's assumption is)."""
+    stack = stack_for("vllm")
+    rollout = stack.start_rollout(stack.plan("e2e-capacity", bakes=("5s", "5s"), steady="10m"))
+    stack.wait_verified(rollout, 100, timeout=90)
+    stack.set_faults(CANARY, prompt_drift=1.25)
+    wait_until(
+        lambda: "capacity_invalid" in stack.event_kinds(rollout), 90, "the capacity watch to fail"
+    )
+    (event,) = [e for e in stack.events(rollout) if e["kind"] == "capacity_invalid"]
+    assert "the capacity analysis is invalid" in event["detail"], event
+    assert "capacity_invalid" in stack.alerts(rollout)
+    failed = [
+        e for e in stack.evaluations(rollout, "capacity_assumption") if e["verdict"] == "fail"
+    ]
+    assert failed and failed[-1]["value"] >= 8192 * 0.95, failed[-1]
+    assert stack.state(rollout) not in {"rolled_back", "rolling_back", "completed"}
+    assert stack.weight() == 100
 
 
 @dataclass(frozen=True)
@@ -53,8 +86,10 @@ class Fault:
 
 
 FAULTS = [
-    # vLLM: the e2e histogram gives the latency gate anytime bounds at bucket edges.
+    # vLLM: the engine's e2e histogram gives the latency gate anytime bounds at bucket edges.
     Fault("latency +50%", "vllm", 5, "latency_p95", {"latency_factor": 1.5}),
+    # Triton: the agent gateway's duration histogram is the p95 stock Triton lacks.
+    Fault("latency +50% on Triton", "triton", 5, "latency_p95", {"latency_factor": 1.5}),
     Fault("queue timeouts 1% -> 6%", "triton", 5, "queue_timeouts_breach", {"timeout_rate": 0.06}),
     Fault("OOM on the canary", "triton", 5, "canary_oom", {}, oom=True),
     Fault("OOM on a vLLM canary", "vllm", 5, "canary_oom", {}, oom=True),

@@ -104,3 +104,34 @@ def test_traffic_must_be_bounded_and_stops_on_request() -> None:
         assert time.monotonic() - started < 1.0
         assert report.total("requests") > 0
         assert report.pools["stable"].sessions > 0
+
+
+def test_gateway_exports_latency_and_token_histograms_per_pool() -> None:
+    """Every answered request lands in one duration bucket and one token bucket; the
+    buckets are cumulative, reach past 32,768 tokens, and agree with what the agents saw."""
+    specs = [ReplicaSpec("gpu-d", pool="canary", flavor="triton")]
+    with Fleet(specs, time_scale=1e-3) as fleet:
+        exporter = fleet.gateway.serve()
+        report = TrafficGenerator(
+            fleet.urls()["gpu-d"],
+            concurrency=4,
+            gateway=fleet.gateway,
+            time_scale=1e-3,
+            max_sessions=6,
+        ).run()
+        text = CLIENT.get(f"{exporter}/metrics").text
+    answered = report.pools["canary"].ok
+    assert answered > 0
+    count = sample(text, "agent_request_duration_seconds_count", pool="canary")
+    assert count == answered
+    assert sample(text, "agent_request_tokens_count", pool="canary") == answered
+    assert sample(text, "agent_request_tokens_bucket", pool="canary", le="131072.0") == answered
+    # Cumulative: the bucket holding the agents' own p95 holds at least 95% of requests.
+    p95 = report.latency_quantile(0.95, "canary")
+    assert p95 is not None
+    edges = [0.25, 0.5, *range(1, 17), 18, 20, 25, 30, 40, 60, 90, 120]
+    edge = next(e for e in edges if e >= p95)
+    below = sample(text, "agent_request_duration_seconds_bucket", pool="canary", le=f"{edge:.1f}")
+    assert 0.95 * answered <= below <= answered
+    mean = sample(text, "agent_request_duration_seconds_sum", pool="canary") / count
+    assert mean == pytest.approx(sum(report.pools["canary"].latencies) / answered)
