@@ -2,9 +2,10 @@
 
 * ``exact``: the right tool with exactly the expected arguments.
 * ``int4-like``: what an aggressively quantised build does: keys reordered, free text and
-  dates reformatted (~15% of such fields), rarely a number rendered as ``"$1,200.00"``
-  (which also violates the schema), and ~3% of fields with a real error in a copied value
-  (amount off, date shifted, record id with a digit changed, another enum value).
+  dates reformatted, nested objects' keys and sets (``uniqueItems`` arrays) reordered (~15%
+  of such fields), rarely a number rendered as ``"$1,200.00"`` (which also violates the
+  schema), and ~3% of fields with a real error in a copied value (amount off, date shifted,
+  record id with a digit changed, another enum value, a count off by one, an item dropped).
 * ``broken-schema``: every call violates the tool's JSON schema (wrong type, missing
   required key, unknown key, value outside the enum, or arguments that are not JSON).
 
@@ -97,6 +98,8 @@ def answer(
 def _kind(field: Mapping[str, Any]) -> str:
     if field.get("type") in ("number", "integer"):
         return "number"
+    if field.get("type") in ("object", "array"):
+        return str(field["type"])
     if "enum" in field:
         return "enum"
     if field.get("format") == "date":
@@ -110,8 +113,10 @@ def _format_rate(field: Mapping[str, Any]) -> float:
     kind = _kind(field)
     if kind == "number":
         return INT4_NUMBER_FORMAT_RATE
+    if kind == "array" and not field.get("uniqueItems"):
+        return 0.0  # an ordered list has no other spelling
     # Enums and ids have no schema-valid alternative spelling; leave them alone.
-    return INT4_FORMAT_RATE if kind in ("date", "text") else 0.0
+    return INT4_FORMAT_RATE if kind in ("date", "text", "object", "array") else 0.0
 
 
 def _reformat(value: Any, field: Mapping[str, Any], rng: random.Random) -> Any:
@@ -120,12 +125,27 @@ def _reformat(value: Any, field: Mapping[str, Any], rng: random.Random) -> Any:
         return f"${float(value):,.2f}" if rng.random() < 0.7 else str(value)
     if kind == "date":
         return f"{value}T00:00:00"
+    if kind == "object" and isinstance(value, dict):
+        keys = sorted(value, reverse=True)
+        return {key: value[key] for key in keys}
+    if kind == "array" and isinstance(value, list):
+        return list(reversed(value))
     lowered = str(value).lower()
     return lowered if lowered != value and rng.random() < 0.5 else f" {value} "
 
 
 def _wrong_value(value: Any, field: Mapping[str, Any], rng: random.Random) -> Any:
     kind = _kind(field)
+    if field.get("type") == "integer" and isinstance(value, int) and not isinstance(value, bool):
+        return value + rng.choice([-1, 1, 2])
+    if kind == "object" and isinstance(value, dict) and value:
+        key = rng.choice(sorted(value))
+        return {
+            **value,
+            key: _wrong_value(value[key], field.get("properties", {}).get(key, {}), rng),
+        }
+    if kind == "array" and isinstance(value, list) and value:
+        return value[:-1] if len(value) > 1 else [*value, *value]
     if kind == "number" and isinstance(value, int | float) and not isinstance(value, bool):
         factor = rng.choice([0.9, 1.1, 10.0, 0.5])
         return round(float(value) * factor + rng.choice([0, 1]), 2)

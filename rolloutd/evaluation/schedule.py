@@ -1,0 +1,173 @@
+"""Running a due suite gate for a rollout step, storing the runs, and judging stored runs.
+
+The daemon calls :func:`suite_due` (in ``rolloutd.evaluation.gate``) on its tick; when a
+suite gate is due it calls :func:`run_suite_for_gate` *off the tick thread* (a 300-case run
+against a 70B model takes minutes), and records the returned evaluation like any other.
+On the ticks in between, :func:`judge_stored` re-judges the newest stored runs, so the
+gate always has a current verdict without asking the engines again.
+
+Endpoints: the canary is the canary pool's first replica and the baseline the stable pool's
+first replica, unless the gate names ``endpoint`` / ``baseline_endpoint``. The
+``at_least_baseline`` rule compares with the *shadow baseline*: the newest baseline run of
+the same suite in this rollout, whichever gate stored it; the baseline is run again only
+when there is none. Requests use temperature 0 and a fixed seed, so an unchanged build
+answers the same way each day.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Sequence
+from dataclasses import replace
+from datetime import datetime
+from pathlib import Path
+
+from sqlalchemy.orm import Session, sessionmaker
+
+from rolloutd.actions import Verdict
+from rolloutd.analysis.base import Evaluation, Role
+from rolloutd.errors import BadInput
+from rolloutd.evaluation import records
+from rolloutd.evaluation.gate import combine, judge_suite
+from rolloutd.evaluation.results import RunSummary
+from rolloutd.evaluation.runner import RunnerOptions, run_suite_async
+from rolloutd.evaluation.suite import Suite, load_suite
+from rolloutd.plan import Plan, SuiteGate
+from rolloutd.store.db import transaction
+
+
+def suite_paths(spec: SuiteGate, base_dir: Path | None = None) -> list[tuple[str, Path]]:
+    """The gate's suites as (label, path): ``suite``, then ``sampled`` when named.
+
+    Relative paths are read from ``base_dir`` (default: the working directory).
+    """
+    root = base_dir or Path.cwd()
+    named = [("suite", spec.suite)]
+    if spec.sampled_suite:
+        named.append(("sampled", spec.sampled_suite))
+    return [
+        (label, Path(path) if Path(path).is_absolute() else root / path) for label, path in named
+    ]
+
+
+def endpoints(plan: Plan, spec: SuiteGate) -> tuple[str, str]:
+    """(baseline, canary) URLs for the gate."""
+    baseline = spec.baseline_endpoint or plan.pools.stable.replicas[0].url
+    canary = spec.endpoint or plan.pools.canary.replicas[0].url
+    return baseline, canary
+
+
+def run_suite_for_gate(
+    sessions: sessionmaker[Session],
+    *,
+    plan: Plan,
+    spec: SuiteGate,
+    name: str,
+    role: Role,
+    rollout_id: int,
+    step_index: int,
+    now: datetime,
+    base_dir: Path | None = None,
+    options: RunnerOptions | None = None,
+) -> Evaluation:
+    """Run the gate's suite(s) on both endpoints, store the runs, and judge them.
+
+    Blocks for as long as the runs take; never raises for an engine problem (those are
+    request errors, and too many make the verdict inconclusive) or for a suite file that
+    cannot be read (inconclusive, with the file, line and field in the reason). ``options``
+    defaults to the gate's concurrency; pass ``send_expected=True`` for the simulated fleet.
+    """
+    options = options or RunnerOptions(concurrency=spec.concurrency)
+    labels: list[str] = []
+    evaluations: list[Evaluation] = []
+    for label, path in suite_paths(spec, base_dir):
+        labels.append(label)
+        try:
+            suite = load_suite(path)
+        except BadInput as exc:
+            evaluations.append(
+                Evaluation(name, role, Verdict.INCONCLUSIVE, now, reason=f"bad suite: {exc}")
+            )
+            continue
+        baseline, canary = _run_pair(sessions, plan, spec, suite, rollout_id, options)
+        with transaction(sessions) as session:
+            ids = {}
+            for run in (baseline, canary):
+                if run.run_id is None:
+                    ids[run.role] = records.store_run(
+                        session, run, rollout_id=rollout_id, step_index=step_index, gate=name
+                    )
+        baseline = _with_id(baseline, ids.get("baseline"))
+        canary = _with_id(canary, ids.get("canary"))
+        evaluations.append(judge_suite(spec, baseline, canary, name=name, role=role, now=now))
+    return combine(evaluations, labels)
+
+
+def judge_stored(
+    session: Session,
+    *,
+    spec: SuiteGate,
+    name: str,
+    role: Role,
+    rollout_id: int,
+    now: datetime,
+    base_dir: Path | None = None,
+) -> Evaluation:
+    """Judge the gate's newest stored runs without running anything.
+
+    *Pending* until the gate has stored a canary run of each of its suites.
+    """
+    labels: list[str] = []
+    evaluations: list[Evaluation] = []
+    for label, path in suite_paths(spec, base_dir):
+        labels.append(label)
+        canary = records.latest_run(
+            session, rollout_id=rollout_id, role="canary", gate=name, suite_path=str(path)
+        )
+        baseline = None
+        if canary is not None:
+            baseline = records.latest_run(
+                session,
+                rollout_id=rollout_id,
+                role="baseline",
+                gate=None if spec.rule == "at_least_baseline" else name,
+                suite_sha256=canary.suite_sha256,
+            )
+        if canary is None or baseline is None:
+            reason = f"the {label} has not been run for this gate yet"
+            evaluations.append(Evaluation(name, role, Verdict.PENDING, now, reason=reason))
+            continue
+        evaluations.append(judge_suite(spec, baseline, canary, name=name, role=role, now=now))
+    return combine(evaluations, labels)
+
+
+def _run_pair(
+    sessions: sessionmaker[Session],
+    plan: Plan,
+    spec: SuiteGate,
+    suite: Suite,
+    rollout_id: int,
+    options: RunnerOptions,
+) -> tuple[RunSummary, RunSummary]:
+    baseline_url, canary_url = endpoints(plan, spec)
+    stored: RunSummary | None = None
+    if spec.rule == "at_least_baseline":
+        with sessions() as session:
+            stored = records.latest_run(
+                session, rollout_id=rollout_id, role="baseline", suite_sha256=suite.sha256
+            )
+
+    async def both() -> Sequence[RunSummary]:
+        jobs = [run_suite_async(suite, canary_url, role="canary", options=options)]
+        if stored is None:
+            jobs.append(run_suite_async(suite, baseline_url, role="baseline", options=options))
+        return await asyncio.gather(*jobs)
+
+    runs = asyncio.run(both())
+    return (stored if stored is not None else runs[1]), runs[0]
+
+
+def _with_id(run: RunSummary, run_id: int | None) -> RunSummary:
+    if run_id is None:
+        return run
+    return replace(run, run_id=run_id)

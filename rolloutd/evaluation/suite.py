@@ -1,0 +1,221 @@
+"""Reading a tool-argument suite: a JSONL file of cases, checked whole before any request.
+
+One case per line::
+
+    {"id": "refund-0007",
+     "messages": [{"role": "user", "content": "..."}],
+     "tools": [{"type": "function", "function": {"name": "issue_refund", "parameters": {...}}}],
+     "expected": {"name": "issue_refund", "arguments": {"order_id": "ORD-123456", ...}},
+     "tags": ["refunds"]}
+
+A tool may also be written bare (``{"name", "parameters"}``). Blank lines are skipped.
+Every problem is reported with the file, the line and the field, and a suite with any
+problem is refused as a whole: a run over half a suite would be compared with a run over
+all of it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from jsonschema import Draft202012Validator, FormatChecker, SchemaError
+
+from rolloutd.errors import BadInput, Problem
+
+KEYS = frozenset({"id", "messages", "tools", "expected", "tags", "meta"})
+MAX_PROBLEMS = 20
+
+
+@dataclass(frozen=True)
+class SuiteCase:
+    """One case: the conversation, the tools offered, and the call that answers it."""
+
+    id: str
+    line: int
+    messages: tuple[dict[str, Any], ...] = field(hash=False)
+    tools: tuple[dict[str, Any], ...] = field(hash=False)
+    expected_name: str = ""
+    expected_arguments: dict[str, Any] = field(default_factory=dict, hash=False)
+    tags: tuple[str, ...] = ()
+
+    def schema_of(self, tool: str) -> dict[str, Any] | None:
+        """The JSON Schema of ``tool``'s arguments, or None when the case does not offer it."""
+        for function in self.tools:
+            if function["name"] == tool:
+                parameters: dict[str, Any] = function.get("parameters", {})
+                return parameters
+        return None
+
+    def openai_tools(self) -> list[dict[str, Any]]:
+        """The tools in the chat-completions ``tools`` form."""
+        return [{"type": "function", "function": function} for function in self.tools]
+
+
+@dataclass(frozen=True)
+class Suite:
+    """A checked suite: where it came from, the digest of its bytes, and its cases in order."""
+
+    path: str
+    sha256: str
+    cases: tuple[SuiteCase, ...]
+
+    def __len__(self) -> int:
+        return len(self.cases)
+
+
+def load_suite(path: str | Path) -> Suite:
+    """Read and check the suite at ``path``.
+
+    :raises BadInput: the file cannot be read, is empty, or has problems; each problem
+        names ``path:line`` and the field (at most ``MAX_PROBLEMS`` are listed).
+    """
+    source = str(path)
+    try:
+        data = Path(path).read_bytes()
+    except OSError as exc:
+        raise BadInput.one(source, "", f"cannot read the suite: {exc.strerror or exc}") from None
+    return parse_suite(data, source)
+
+
+def parse_suite(data: bytes, source: str) -> Suite:
+    """Check the suite's bytes; ``source`` names it in messages.
+
+    :raises BadInput: as :func:`load_suite`.
+    """
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise BadInput.one(source, "", f"not UTF-8 text (byte {exc.start})") from None
+    problems: list[Problem] = []
+    cases: list[SuiteCase] = []
+    first_line: dict[str, int] = {}
+    for number, line in enumerate(text.splitlines(), start=1):
+        if not line.strip():
+            continue
+        where = f"{source}:{number}"
+        found: list[tuple[str, str]] = []
+        case = _case(line, number, found)
+        if case is not None and case.id in first_line:
+            found.append(("id", f"duplicate id {case.id!r} (first on line {first_line[case.id]})"))
+        elif case is not None:
+            first_line[case.id] = number
+        problems += [Problem(where, name, message) for name, message in found]
+        if case is not None and not found:
+            cases.append(case)
+        if len(problems) >= MAX_PROBLEMS:
+            problems.append(Problem(source, "", f"stopped after {MAX_PROBLEMS} problems"))
+            break
+    if problems:
+        raise BadInput(problems)
+    if not cases:
+        raise BadInput.one(source, "", "the suite has no cases (one JSON object per line)")
+    return Suite(source, hashlib.sha256(data).hexdigest(), tuple(cases))
+
+
+def _case(line: str, number: int, problems: list[tuple[str, str]]) -> SuiteCase | None:
+    try:
+        document = json.loads(line)
+    except ValueError as exc:
+        problems.append(("", f"not valid JSON: {exc}"))
+        return None
+    if not isinstance(document, dict):
+        problems.append(("", f"expected a JSON object, got {type(document).__name__}"))
+        return None
+    unknown = sorted(set(document) - KEYS)
+    if unknown:
+        problems.append((unknown[0], f"unknown key; expected one of {', '.join(sorted(KEYS))}"))
+    case_id = document.get("id")
+    if not isinstance(case_id, str) or not case_id.strip():
+        problems.append(("id", "required: a non-empty string"))
+        return None
+    messages = _messages(document.get("messages"), problems)
+    tools, broken = _tools(document.get("tools"), problems)
+    expected = _expected(document.get("expected"), tools, broken, problems)
+    tags = document.get("tags", [])
+    if not isinstance(tags, list) or not all(isinstance(tag, str) for tag in tags):
+        problems.append(("tags", "expected a list of strings"))
+        tags = []
+    if expected is None:
+        return None
+    return SuiteCase(case_id, number, messages, tools, expected[0], expected[1], tuple(tags))
+
+
+def _messages(value: object, problems: list[tuple[str, str]]) -> tuple[dict[str, Any], ...]:
+    if not isinstance(value, list) or not value:
+        problems.append(("messages", "required: a non-empty list of chat messages"))
+        return ()
+    for index, message in enumerate(value):
+        if not isinstance(message, dict) or not isinstance(message.get("role"), str):
+            problems.append((f"messages[{index}]", "expected an object with a 'role'"))
+    return tuple(message for message in value if isinstance(message, dict))
+
+
+def _tools(
+    value: object, problems: list[tuple[str, str]]
+) -> tuple[tuple[dict[str, Any], ...], set[str]]:
+    """The valid tools, and the names of tools whose schema is broken (already reported)."""
+    if not isinstance(value, list) or not value:
+        problems.append(("tools", "required: a non-empty list of tools"))
+        return (), set()
+    functions: list[dict[str, Any]] = []
+    broken: set[str] = set()
+    for index, tool in enumerate(value):
+        where = f"tools[{index}]"
+        function = tool.get("function", tool) if isinstance(tool, dict) else None
+        if not isinstance(function, dict) or not isinstance(function.get("name"), str):
+            problems.append((where, "expected {'type': 'function', 'function': {'name', ...}}"))
+            continue
+        name = function["name"]
+        if any(known["name"] == name for known in functions):
+            problems.append((f"{where}.name", f"tool {name!r} is offered twice"))
+        parameters = function.get("parameters", {"type": "object"})
+        if not isinstance(parameters, dict):
+            problems.append((f"{where}.parameters", "expected a JSON Schema object"))
+            broken.add(name)
+            continue
+        try:
+            Draft202012Validator.check_schema(parameters)
+        except SchemaError as exc:
+            path = "".join(f"[{p!r}]" for p in exc.path)
+            message = f"not a valid JSON Schema: {exc.message}"
+            problems.append((f"{where}.parameters{path}", message))
+            broken.add(name)
+            continue
+        functions.append({**function, "parameters": parameters})
+    return tuple(functions), broken
+
+
+def _expected(
+    value: object,
+    tools: tuple[dict[str, Any], ...],
+    broken: set[str],
+    problems: list[tuple[str, str]],
+) -> tuple[str, dict[str, Any]] | None:
+    if not isinstance(value, dict):
+        problems.append(("expected", "required: the expected call, {'name', 'arguments'}"))
+        return None
+    name, arguments = value.get("name"), value.get("arguments")
+    if not isinstance(name, str) or not name:
+        problems.append(("expected.name", "required: the name of the tool to call"))
+        return None
+    if not isinstance(arguments, dict):
+        problems.append(("expected.arguments", "required: a JSON object of arguments"))
+        return None
+    schemas: Mapping[str, dict[str, Any]] = {t["name"]: t["parameters"] for t in tools}
+    if name in broken:
+        return None  # its schema's problem is reported; nothing to check the call against
+    if name not in schemas:
+        offered = ", ".join(schemas) or "none"
+        problems.append(("expected.name", f"{name!r} is not one of the case's tools ({offered})"))
+        return None
+    validator = Draft202012Validator(schemas[name], format_checker=FormatChecker())
+    for error in sorted(validator.iter_errors(arguments), key=lambda e: list(e.path)):
+        path = ".".join(str(p) for p in error.path)
+        where = f"expected.arguments.{path}" if path else "expected.arguments"
+        problems.append((where, f"violates the schema of {name}: {error.message}"))
+    return name, arguments

@@ -1,0 +1,41 @@
+"""Fixtures for the suite tests: the example suite, simulated replicas, and their runs."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from rolloutd.evaluation.results import RunSummary
+from rolloutd.evaluation.runner import RunnerOptions, run_suite
+from rolloutd.evaluation.suite import Suite, load_suite
+from rolloutd.sim.engine import Replica
+from rolloutd.sim.profiles import Profile
+
+EXAMPLE = Path(__file__).resolve().parents[2] / "gates" / "suites" / "tool-args-300.jsonl"
+SIM = RunnerOptions(concurrency=16, send_expected=True, timeout_s=10, retries=1, backoff_s=0.01)
+
+
+@pytest.fixture(scope="session")
+def example_suite() -> Suite:
+    """The committed 300-case suite."""
+    return load_suite(EXAMPLE)
+
+
+def start(profile: Profile = "exact", *, seed: int = 0, pool: str = "canary") -> Replica:
+    """A started simulated replica with a fast clock; the caller stops it."""
+    return Replica(f"sim-{profile}", pool=pool, profile=profile, seed=seed, time_scale=1e-5).start()
+
+
+@pytest.fixture(scope="session")
+def profile_runs(example_suite: Suite) -> Iterator[dict[str, RunSummary]]:
+    """The whole example suite run once against each answer profile."""
+    runs: dict[str, RunSummary] = {}
+    for profile in ("exact", "int4-like", "broken-schema"):
+        replica = start(profile)
+        try:
+            runs[profile] = run_suite(example_suite, replica.url, options=SIM)
+        finally:
+            replica.stop()
+    yield runs

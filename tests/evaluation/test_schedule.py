@@ -1,0 +1,111 @@
+"""Tests of running a due suite gate for a rollout: both pools asked, runs stored, judged."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from rolloutd.actions import Verdict
+from rolloutd.evaluation import records
+from rolloutd.evaluation.runner import RunnerOptions
+from rolloutd.evaluation.schedule import judge_stored, run_suite_for_gate
+from rolloutd.plan import SuiteGate
+from tests.evaluation.conftest import EXAMPLE, start
+from tests.evaluation.test_gate import NOW
+from tests.plans import example_dict, plan_of
+from tests.store.seed import seed_rollout
+
+if TYPE_CHECKING:
+    from conftest import StoreHandle
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def test_shadow_then_canary_gates_run_store_and_reuse_the_shadow_baseline(
+    store: StoreHandle, tmp_path: Path
+) -> None:
+    """The shadow gate asks both pools; the canary gate reuses the shadow baseline and asks
+    only the canary; a stored pair is re-judged without requests."""
+    small = tmp_path / "small.jsonl"
+    small.write_text("".join(EXAMPLE.read_text().splitlines(keepends=True)[:40]))
+    stable, canary = start("exact", pool="stable"), start("exact", pool="canary")
+    canary.set_faults(exactness_drop=0.5)
+    try:
+        data = example_dict()
+        data["pools"]["stable"]["replicas"] = [{"name": "gpu-a", "url": stable.url}]
+        data["pools"]["canary"]["replicas"] = [{"name": "gpu-d", "url": canary.url}]
+        plan = plan_of(data)
+        with store.sessions.begin() as session:
+            rollout_id = seed_rollout(session)
+        options = RunnerOptions(concurrency=16, send_expected=True)
+        shadow = plan.gates["tool_args_no_regression"]
+        assert isinstance(shadow, SuiteGate)
+        shadow = shadow.model_copy(update={"suite": "small.jsonl"})
+        first = run_suite_for_gate(
+            store.sessions,
+            plan=plan,
+            spec=shadow,
+            name="tool_args_no_regression",
+            role="step",
+            rollout_id=rollout_id,
+            step_index=0,
+            now=NOW,
+            base_dir=tmp_path,
+            options=options,
+        )
+        assert first.verdict is Verdict.FAIL
+        asked_stable = stable.ledger.position
+        daily = plan.gates["tool_args_exactness"]
+        assert isinstance(daily, SuiteGate)
+        daily = daily.model_copy(update={"suite": "small.jsonl"})
+        second = run_suite_for_gate(
+            store.sessions,
+            plan=plan,
+            spec=daily,
+            name="tool_args_exactness",
+            role="step",
+            rollout_id=rollout_id,
+            step_index=1,
+            now=NOW,
+            base_dir=tmp_path,
+            options=options,
+        )
+    finally:
+        stable.stop()
+        canary.stop()
+    assert second.verdict is Verdict.FAIL
+    assert stable.ledger.position == asked_stable  # the shadow baseline was reused
+    assert second.evidence["baseline"]["run_id"] == first.evidence["baseline"]["run_id"]
+    with store.sessions() as session:
+        again = judge_stored(
+            session,
+            spec=daily,
+            name="tool_args_exactness",
+            role="step",
+            rollout_id=rollout_id,
+            now=NOW,
+            base_dir=tmp_path,
+        )
+        stored = records.latest_run(session, rollout_id=rollout_id, role="canary")
+    assert again.verdict is Verdict.FAIL and again.value == second.value
+    assert stored is not None and stored.suite_path == str(small)
+    assert len(stored.cases) == 40 and stored.exactness == second.value
+
+
+def test_an_unreadable_suite_is_inconclusive_not_an_exception(store: StoreHandle) -> None:
+    """A plan naming a missing suite gets an inconclusive verdict naming the file."""
+    plan = plan_of(example_dict())
+    spec = SuiteGate.model_validate({"kind": "suite", "suite": "nope.jsonl", "rule": "max_drop"})
+    evaluation = run_suite_for_gate(
+        store.sessions,
+        plan=plan,
+        spec=spec,
+        name="g",
+        role="trigger",
+        rollout_id=1,
+        step_index=0,
+        now=NOW,
+        base_dir=REPO,
+    )
+    assert evaluation.verdict is Verdict.INCONCLUSIVE
+    assert "nope.jsonl: cannot read the suite" in evaluation.reason

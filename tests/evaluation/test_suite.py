@@ -1,0 +1,142 @@
+"""Tests of suite loading: the example suite, and malformed suites refused with line and field."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from rolloutd.errors import BadInput
+from rolloutd.evaluation.suite import Suite, load_suite, parse_suite
+from tests.evaluation.conftest import EXAMPLE
+
+
+def _case(case_id: str = "c-1", **changes: Any) -> dict[str, Any]:
+    case: dict[str, Any] = {
+        "id": case_id,
+        "messages": [{"role": "user", "content": "Refund 20 USD on ORD-123456"}],
+        "tools": [
+            {
+                "type": "function",
+                "function": {
+                    "name": "refund",
+                    "parameters": {
+                        "type": "object",
+                        "properties": {
+                            "order_id": {"type": "string"},
+                            "amount": {"type": "number"},
+                        },
+                        "required": ["order_id", "amount"],
+                    },
+                },
+            }
+        ],
+        "expected": {"name": "refund", "arguments": {"order_id": "ORD-123456", "amount": 20}},
+    }
+    case.update(changes)
+    return case
+
+
+def _problems(lines: list[str]) -> list[str]:
+    with pytest.raises(BadInput) as caught:
+        parse_suite("\n".join(lines).encode(), "s.jsonl")
+    return [str(problem) for problem in caught.value.problems]
+
+
+def test_the_example_suite_has_300_cases_in_four_kinds(example_suite: Suite) -> None:
+    """75 payouts, refunds, bookings and lookups, unique ids, a digest of the bytes."""
+    assert len(example_suite) == 300
+    kinds = Counter(case.tags[0] for case in example_suite.cases)
+    assert kinds == {"payouts": 75, "refunds": 75, "bookings": 75, "lookups": 75}
+    assert len({case.id for case in example_suite.cases}) == 300
+    assert len(example_suite.sha256) == 64
+
+
+def test_the_example_suite_is_what_the_generator_writes() -> None:
+    """The committed file is the generator's output (the generator is deterministic)."""
+    script = EXAMPLE.with_name("generate.py")
+    result = subprocess.run(
+        [sys.executable, str(script), "--check"], capture_output=True, text=True, check=False
+    )
+    assert result.returncode == 0, result.stderr
+
+
+def test_example_cases_state_the_amount_in_the_context_and_expect_a_number(
+    example_suite: Suite,
+) -> None:
+    """Amounts appear formatted ("$1,200.00") in the message and as JSON numbers in the call."""
+    payouts = [case for case in example_suite.cases if case.expected_name == "issue_payout"]
+    formatted = 0
+    for case in payouts:
+        amount = case.expected_arguments["amount"]
+        assert isinstance(amount, int | float)
+        text = case.messages[-1]["content"]
+        formatted += f"{amount:,}" in text or f"{amount:,.2f}" in text
+    assert formatted == len(payouts)
+
+
+def test_bad_json_is_reported_with_its_line() -> None:
+    """A line that is not JSON names the file and line."""
+    problems = _problems([json.dumps(_case("a")), "{not json", json.dumps(_case("b"))])
+    assert len(problems) == 1
+    assert problems[0].startswith("s.jsonl:2: not valid JSON")
+
+
+def test_a_missing_expected_call_is_reported() -> None:
+    """A case without 'expected' names the field."""
+    case = _case()
+    del case["expected"]
+    assert _problems([json.dumps(case)]) == [
+        "s.jsonl:1: expected: required: the expected call, {'name', 'arguments'}"
+    ]
+
+
+def test_a_schema_that_is_not_json_schema_is_reported() -> None:
+    """A tool whose parameters are not valid JSON Schema names the tool and the keyword."""
+    case = _case()
+    case["tools"][0]["function"]["parameters"]["properties"]["amount"]["type"] = "money"
+    (problem,) = _problems([json.dumps(case)])
+    assert problem.startswith("s.jsonl:1: tools[0].parameters['properties']['amount']['type']")
+    assert "not a valid JSON Schema" in problem
+
+
+def test_duplicate_ids_name_both_lines() -> None:
+    """The second use of an id is refused, pointing at the first."""
+    problems = _problems([json.dumps(_case("x")), "", json.dumps(_case("x"))])
+    assert problems == ["s.jsonl:3: id: duplicate id 'x' (first on line 1)"]
+
+
+def test_an_expected_call_that_violates_its_own_schema_is_refused() -> None:
+    """The expected arguments must satisfy the tool's schema (a suite bug otherwise)."""
+    case = _case(expected={"name": "refund", "arguments": {"order_id": "ORD-1", "amount": "20"}})
+    (problem,) = _problems([json.dumps(case)])
+    assert problem.startswith("s.jsonl:1: expected.arguments.amount: violates the schema")
+
+
+def test_an_expected_tool_that_is_not_offered_is_refused() -> None:
+    """The expected call must name one of the case's tools."""
+    case = _case(expected={"name": "payout", "arguments": {}})
+    assert _problems([json.dumps(case)]) == [
+        "s.jsonl:1: expected.name: 'payout' is not one of the case's tools (refund)"
+    ]
+
+
+def test_every_problem_of_a_file_is_reported_at_once() -> None:
+    """Problems on several lines are all listed, in line order."""
+    problems = _problems(["[]", json.dumps(_case("ok")), json.dumps(_case("", tags="x"))])
+    assert [p.split(": ")[0] for p in problems] == ["s.jsonl:1", "s.jsonl:3"]
+
+
+def test_an_empty_or_missing_file_is_refused(tmp_path: Path) -> None:
+    """No cases, or no file, is bad input naming the file."""
+    empty = tmp_path / "empty.jsonl"
+    empty.write_text("\n\n")
+    with pytest.raises(BadInput, match=r"empty\.jsonl: the suite has no cases"):
+        load_suite(empty)
+    with pytest.raises(BadInput, match=r"missing\.jsonl: cannot read the suite"):
+        load_suite(tmp_path / "missing.jsonl")
