@@ -21,16 +21,25 @@ description: the reference change on the simulated fleet (rolloutctl demo)
 pools:
   stable:
     replicas:
-      - {{name: gpu-a, url: "http://127.0.0.1:1"}}
-      - {{name: gpu-b, url: "http://127.0.0.1:1"}}
-      - {{name: gpu-c, url: "http://127.0.0.1:1"}}
+      - {{name: gpu-a, url: "{gpu_a}"}}
+      - {{name: gpu-b, url: "{gpu_b}"}}
+      - {{name: gpu-c, url: "{gpu_c}"}}
   canary:
     replicas:
-      - {{name: gpu-d, url: "http://127.0.0.1:1"}}
+      - {{name: gpu-d, url: "{gpu_d}"}}
 
 router: {{driver: file, path: "{weights}"}}
 metrics: {{source: simulator}}
-artefacts: {{stable: atlas-70b-fp8-msl32768, canary: atlas-70b-fp8-msl8192}}
+# Rollback redeploys the pinned stable set on gpu-d through Triton's model control and
+# verifies its health, config and digest before the rollout counts as rolled back.
+artefacts: {{stable: {stable_set}, canary: {canary_set}}}
+executor:
+  kind: triton
+  model: atlas-70b
+  versions: {{stable: 1, canary: 3}}
+  poll_interval: 50ms
+  health_deadline: 10s
+  load_timeout: 30s
 capacity: {{max_seq_len: 8192, target_concurrency: 60}}
 
 # Real seconds between ticks (the scheduler runs on the wall clock).
@@ -96,9 +105,24 @@ rollback:
 """
 
 
-def demo_plan_yaml(weights: Path) -> str:
-    """The demo plan, its router writing to ``weights`` (where the splitter reads)."""
+STABLE_SET = "atlas-70b-fp8-msl32768"
+CANARY_SET = "atlas-70b-fp8-msl8192"
+ENGINE_CONFIGS = {
+    STABLE_SET: {"max_seq_len": 32768, "kv_cache_free_gpu_mem_fraction": 0.9},
+    CANARY_SET: {"max_seq_len": 8192, "kv_cache_free_gpu_mem_fraction": 0.9},
+}
+
+
+def demo_plan_yaml(weights: Path, urls: dict[str, str]) -> str:
+    """The demo plan, its router writing to ``weights`` (where the splitter reads) and its
+    replicas at ``urls`` (name -> the simulated replica's URL)."""
     return _PLAN.format(
+        gpu_a=urls["gpu-a"],
+        gpu_b=urls["gpu-b"],
+        gpu_c=urls["gpu-c"],
+        gpu_d=urls["gpu-d"],
+        stable_set=STABLE_SET,
+        canary_set=CANARY_SET,
         weights=weights,
         window="12h",
         min_samples=10,

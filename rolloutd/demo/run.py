@@ -14,15 +14,17 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
 from pydantic import SecretStr
+from sqlalchemy.orm import Session, sessionmaker
 
 from rolloutd.analysis.base import MetricsSource
 from rolloutd.daemon import Daemon
 from rolloutd.demo.clock import ScaledClock
-from rolloutd.demo.plan import demo_plan_yaml
+from rolloutd.demo.plan import ENGINE_CONFIGS, demo_plan_yaml
 from rolloutd.demo.scenarios import Scenario
 from rolloutd.demo.splitter import Splitter
 from rolloutd.operations import history_view, start_rollout, status_view, submit_command
@@ -124,6 +126,32 @@ class DemoResult:
 Observer = Callable[[dict[str, Any], str | None], None]
 
 
+def prepare_artefacts(
+    sessions: sessionmaker[Session], plan: Plan, directory: Path, *, now: datetime
+) -> None:
+    """Pin the plan's two artefact sets (small stand-in engine directories) and deploy the
+    canary set on the canary replica, as an operator does before ``rolloutctl start``."""
+    from rolloutd.deploy.catalog import build_set, pin
+    from rolloutd.deploy.executors import build_executor
+
+    built = {}
+    for name in (plan.artefacts.stable, plan.artefacts.canary):
+        root = directory / name
+        (root / "tokenizer").mkdir(parents=True, exist_ok=True)
+        (root / "config.json").write_text(json.dumps(ENGINE_CONFIGS[name]))
+        (root / "rank0.engine").write_bytes(name.encode() * 4096)
+        (root / "tokenizer" / "tokenizer.json").write_text('{"vocab": 128256}')
+        built[name] = build_set(name, root, "trtllm", ENGINE_CONFIGS[name], created_by="demo")
+    with transaction(sessions) as session:
+        for pinned in built.values():
+            pin(session, pinned, now=now)
+    executor = build_executor(plan)
+    for replica in plan.pools.canary.replicas:
+        result = executor.deploy(replica, built[plan.artefacts.canary])
+        if not result.ok:
+            raise RuntimeError(f"the demo could not deploy its canary set: {result.reason}")
+
+
 def run_demo(
     scenario: Scenario,
     *,
@@ -169,8 +197,9 @@ def run_demo(
         sessions = session_factory(engine)
         try:
             plan_path = root / "atlas-70b-demo.yaml"
-            plan_path.write_text(demo_plan_yaml(weights))
+            plan_path.write_text(demo_plan_yaml(weights, fleet.urls()))
             loaded = load_plan(plan_path)
+            prepare_artefacts(sessions, loaded.plan, root / "artefacts", now=clock())
             with transaction(sessions) as session:
                 rollout_id = start_rollout(session, loaded, actor="demo", now=clock())
             thread = threading.Thread(target=daemon.run, name="rolloutd-demo", daemon=True)

@@ -36,6 +36,7 @@ class EngineConfig:
     output_tokens_median: int = 300
     service: ServiceModel = field(default_factory=ServiceModel)
     artefact_digest: str | None = None
+    model_path: str | None = None
 
     def capacity(self) -> CapacityReport:
         """The capacity plan at this config's ``max_seq_len``."""
@@ -52,6 +53,7 @@ class EngineConfig:
             "queue_timeout_s": self.queue_timeout_s,
             "memory_fraction": self.deployment.memory_fraction,
             "artefact_digest": self.artefact_digest,
+            "model_path": self.model_path,
             "resident_sequences": report.resident_sequences,
             "kv_pool_tokens": report.kv_pool_tokens,
         }
@@ -110,7 +112,8 @@ def parse_triton_config(
 
 def apply_engine_args(current: EngineConfig, args: Mapping[str, Any]) -> EngineConfig:
     """vLLM-style engine arguments for a restart: ``max_model_len`` (or ``max_seq_len``),
-    ``gpu_memory_utilization``, ``paged_kv_cache``, ``queue_timeout_s``, ``artefact_digest``.
+    ``gpu_memory_utilization``, ``paged_kv_cache``, ``queue_timeout_s``, ``artefact_digest``,
+    ``model_path`` (the directory the engine loads, reported as ``root`` by ``/v1/models``).
 
     :raises ConfigError: an unknown argument or a bad value.
     """
@@ -126,6 +129,8 @@ def apply_engine_args(current: EngineConfig, args: Mapping[str, Any]) -> EngineC
             changes["queue_timeout_s"] = float(value)
         elif key == "artefact_digest":
             changes["artefact_digest"] = str(value)
+        elif key == "model_path":
+            changes["model_path"] = str(value)
         else:
             raise ConfigError(f"unknown engine argument {key!r}")
     return dataclasses.replace(current, **changes)

@@ -108,6 +108,8 @@ class _Handler(BaseHTTPRequestHandler):
                 "object": "model",
                 "owned_by": replica.flavor,
                 "max_model_len": config.max_seq_len,
+                # vLLM reports the path (or hub id) it loaded the model from.
+                "root": config.model_path or config.model,
             }
             return Reply(200, {"object": "list", "data": [card]})
         if path == "/admin/faults":

@@ -1,0 +1,75 @@
+"""Choosing the executor a plan names, and the one for plans that deploy nothing.
+
+``build_executor(plan)`` is what the reconciler and the drill call; the kinds themselves
+live in ``command`` and ``triton``. See ``rolloutd.deploy.base`` for the contract.
+"""
+
+from __future__ import annotations
+
+from rolloutd.deploy.artefacts import PinnedSet
+from rolloutd.deploy.base import DeployResult, Executor, Verification
+from rolloutd.errors import BadInput
+from rolloutd.plan import CommandExecutor, Plan, Replica, Role, TritonExecutor
+
+__all__ = ["DeployResult", "Executor", "NullDeployer", "Verification", "build_executor"]
+
+
+class NullDeployer:
+    """The ``none`` executor: operators deploy by hand, so a rollback moves traffic only.
+
+    ``deploy`` does nothing and says so; ``verify`` cannot compare digests (``digest_ok``
+    None) and does not poll health, because it does not know which engine answers.
+    """
+
+    kind = "none"
+
+    def deploy(
+        self, replica: Replica, artefacts: PinnedSet, *, timeout: float | None = None
+    ) -> DeployResult:
+        return DeployResult(
+            replica=replica.name,
+            set_name=artefacts.name,
+            set_digest=artefacts.digest,
+            executor=self.kind,
+            ok=True,
+            reason="the plan's executor is 'none': nothing deployed",
+            duration_s=0.0,
+            changed=False,
+        )
+
+    def verify(
+        self, replica: Replica, artefacts: PinnedSet, *, timeout: float | None = None
+    ) -> Verification:
+        return Verification(
+            replica=replica.name,
+            set_name=artefacts.name,
+            ok=True,
+            healthy=True,
+            digest_ok=None,
+            reason="the plan's executor is 'none': nothing verified",
+            waited_s=0.0,
+        )
+
+
+def build_executor(plan: Plan, source: str = "plan") -> Executor:
+    """The executor ``plan.executor`` names, ready to deploy to the plan's replicas.
+
+    :raises BadInput: the executor section names replicas the plan does not have.
+    """
+    spec = plan.executor
+    if isinstance(spec, CommandExecutor):
+        from rolloutd.deploy.command import CommandDeployer
+
+        return CommandDeployer(spec)
+    if isinstance(spec, TritonExecutor):
+        from rolloutd.deploy.triton import TritonDeployer
+
+        known = {r.name for pool in (plan.pools.stable, plan.pools.canary) for r in pool.replicas}
+        for name in spec.urls:
+            if name not in known:
+                raise BadInput.one(
+                    source, f"executor.urls.{name}", f"no replica named {name!r} in the pools"
+                )
+        roles: dict[str, Role] = {plan.artefacts.stable: "stable", plan.artefacts.canary: "canary"}
+        return TritonDeployer(spec, roles)
+    return NullDeployer()

@@ -1,0 +1,1 @@
+"""Tests of pinned artefacts, deploy executors, verification and drills."""
