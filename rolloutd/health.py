@@ -2,7 +2,8 @@
 
 Answers 200 with ``{"role": "leader" | "standby", ...}`` while the main loop keeps
 turning, and 503 once it has not turned for a while (a hung loop must look unhealthy
-to a load balancer or a probe, as it does to systemd's watchdog).
+to a load balancer or a probe, as it does to systemd's watchdog). ``/metrics`` on the
+same port serves rolloutd's own metrics to Prometheus when the daemon supplies them.
 """
 
 from __future__ import annotations
@@ -17,8 +18,14 @@ from typing import Any
 class HealthServer:
     """A tiny HTTP server in a daemon thread; ``report()`` supplies the body."""
 
-    def __init__(self, host: str, port: int, report: Callable[[], tuple[bool, dict[str, Any]]]):
-        handler = _handler(report)
+    def __init__(
+        self,
+        host: str,
+        port: int,
+        report: Callable[[], tuple[bool, dict[str, Any]]],
+        metrics: Callable[[], tuple[bytes, str]] | None = None,
+    ):
+        handler = _handler(report, metrics)
         self._server = ThreadingHTTPServer((host, port), handler)
         self._server.daemon_threads = True
         self._thread = threading.Thread(
@@ -40,10 +47,22 @@ class HealthServer:
         self._server.server_close()
 
 
-def _handler(report: Callable[[], tuple[bool, dict[str, Any]]]) -> type[BaseHTTPRequestHandler]:
+def _handler(
+    report: Callable[[], tuple[bool, dict[str, Any]]],
+    metrics: Callable[[], tuple[bytes, str]] | None,
+) -> type[BaseHTTPRequestHandler]:
     class Handler(BaseHTTPRequestHandler):
         def do_GET(self) -> None:
-            if self.path.split("?")[0] != "/healthz":
+            path = self.path.split("?")[0]
+            if path == "/metrics" and metrics is not None:
+                exposition, content_type = metrics()
+                self.send_response(200)
+                self.send_header("Content-Type", content_type)
+                self.send_header("Content-Length", str(len(exposition)))
+                self.end_headers()
+                self.wfile.write(exposition)
+                return
+            if path != "/healthz":
                 self._send(404, {"error": "not found; try /healthz"})
                 return
             healthy, body = report()

@@ -6,6 +6,7 @@ JSON output is the contract for scripts; these renderings are for people and may
 from __future__ import annotations
 
 import sys
+from collections.abc import Callable
 from typing import Any
 
 from rich.console import Console
@@ -114,11 +115,140 @@ def rollouts(rows: list[dict[str, Any]]) -> None:
     _console().print(table)
 
 
+# Event kinds that deserve a colour in a timeline; the rest are plain.
+EVENT_STYLE = {
+    "rollback_started": "bold red",
+    "rolled_back": "red",
+    "aborted": "red",
+    "failed": "bold red",
+    "action_failed": "yellow",
+    "alert_undeliverable": "bold yellow",
+    "alert_waiting": "yellow",
+    "drift": "yellow",
+    "capacity_invalid": "yellow",
+    "completed": "green",
+    "command": "cyan",
+}
+SPARKS = "▁▂▃▄▅▆▇█"
+
+
+def _elapsed(seconds: float) -> str:
+    seconds = int(seconds)
+    if seconds < 60:
+        return f"+{seconds}s"
+    if seconds < 3600:
+        return f"+{seconds // 60}m{seconds % 60:02d}s"
+    if seconds < 86400:
+        return f"+{seconds // 3600}h{seconds % 3600 // 60:02d}m"
+    return f"+{seconds // 86400}d{seconds % 86400 // 3600:02d}h"
+
+
 def history(events: list[dict[str, Any]]) -> None:
-    """Print the audit log as a timeline."""
+    """Print the audit log as a timeline: one heading per day, time, time since the first
+    event, what happened and who did it."""
+    from datetime import datetime
+
     console = _console()
+    if not events:
+        console.print("no events")
+        return
+    first = datetime.fromisoformat(events[0]["at"])
+    day = None
     for event in events:
+        at = datetime.fromisoformat(event["at"])
+        if at.date() != day:
+            day = at.date()
+            console.print(f"[bold]{day.isoformat()}[/]")
+        style = EVENT_STYLE.get(event["kind"], "")
+        kind = f"[{style}]{event['kind']:<19}[/]" if style else f"{event['kind']:<19}"
         console.print(
-            f"{_short_time(event['at'])}  [bold]{event['kind']:<18}[/] "
-            f"{event['actor']:<12} {event['detail']}"
+            f"  {at.strftime('%H:%M:%S')}  {_elapsed((at - first).total_seconds()):>8}  "
+            f"{kind} {event['actor']:<16} {event['detail']}"
         )
+
+
+def sparkline(values: list[float | None]) -> str:
+    """A small trend of ``values`` (oldest first); a missing value is a gap."""
+    known = [v for v in values if v is not None]
+    if not known:
+        return ""
+    low, high = min(known), max(known)
+    span = high - low
+    marks = []
+    for value in values:
+        if value is None:
+            marks.append(" ")
+        else:
+            level = 0 if span == 0 else round((value - low) / span * (len(SPARKS) - 1))
+            marks.append(SPARKS[level])
+    return "".join(marks)
+
+
+def watch(view: dict[str, Any]) -> Any:
+    """One frame of ``rolloutctl status --watch``: status, gates with trends, last events."""
+    from rich.console import Group
+    from rich.text import Text
+
+    state = view["state"]
+    bake = view["bake_seconds"]
+    baked = f"  baked {view['baked_seconds'] / 3600:.1f}h of {bake / 3600:.1f}h" if bake else ""
+    parts: list[Any] = [
+        Text.from_markup(
+            f"[bold]rollout {view['id']}[/] {view['name']}  "
+            f"({view['service']}/{view['environment']})  "
+            f"[{STATE_STYLE.get(state, '')}]{state}[/]"
+        ),
+        Text(
+            f"step {view['step'] + 1}/{view['steps']}: {view['step_name']}   "
+            f"weights: stable {100 - view['weight']}% / canary {view['weight']}%{baked}"
+        ),
+    ]
+    if view.get("rollback_cause"):
+        parts.append(Text(f"rollback: {view['rollback_cause']}", style="red"))
+    if view.get("paused"):
+        parts.append(Text(f"paused ({view['paused']})", style="yellow"))
+    if view["gates"]:
+        table = Table("gate", "role", "value", "threshold", "verdict", "trend", "evaluated")
+        for gate in view["gates"]:
+            verdict = gate["verdict"]
+            table.add_row(
+                gate["name"],
+                gate["role"],
+                number(gate["value"]),
+                gate["threshold"] or "-",
+                f"[{VERDICT_STYLE.get(verdict, '')}]{verdict}[/]",
+                sparkline(gate.get("trend", [])),
+                _short_time(gate["evaluated_at"])[11:],
+            )
+        parts.append(table)
+    events = Table("time", "event", "detail", box=None, show_header=False, pad_edge=False)
+    for event in view.get("events", []):
+        style = EVENT_STYLE.get(event["kind"], "")
+        events.add_row(
+            _short_time(event["at"])[11:],
+            f"[{style}]{event['kind']}[/]" if style else event["kind"],
+            event["detail"],
+        )
+    parts += [Text("last events:", style="bold"), events]
+    ended = "  (ended)" if view.get("ended") else ""
+    parts.append(Text(f"updated {_short_time(view['updated_at'])}{ended}", style="dim"))
+    return Group(*parts)
+
+
+def watch_live(
+    frame: Callable[[], dict[str, Any]],
+    interval: float,
+    sleep: Callable[[float], None] | None = None,
+) -> None:
+    """Redraw :func:`watch` of ``frame()`` every ``interval`` seconds until the rollout ends."""
+    import time
+
+    from rich.live import Live
+
+    pause = sleep or time.sleep
+    view = frame()
+    with Live(watch(view), console=_console(), auto_refresh=False) as live:
+        while not view["ended"]:
+            pause(interval)
+            view = frame()
+            live.update(watch(view), refresh=True)

@@ -33,6 +33,7 @@ class Settings(BaseSettings):
     lease_ttl_seconds: float = Field(default=15.0, ge=2.0)
     log_level: str = "info"
     instance_name: str | None = None
+    alert_timeout_seconds: float = Field(default=10.0, gt=0.0, le=120.0)
 
 
 def load_settings() -> Settings:

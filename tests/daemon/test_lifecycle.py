@@ -125,7 +125,7 @@ def test_healthz_answers_200_with_the_role_instance_and_epoch(pg_daemons: Daemon
     )
     assert leader.port is not None
     with pytest.raises(urllib.error.HTTPError) as not_found:
-        urllib.request.urlopen(f"http://127.0.0.1:{leader.port}/metrics", timeout=5)
+        urllib.request.urlopen(f"http://127.0.0.1:{leader.port}/admin", timeout=5)
     assert not_found.value.code == 404
 
 

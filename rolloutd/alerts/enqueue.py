@@ -1,0 +1,230 @@
+"""Turning an alert into outbox messages, inside the caller's transaction.
+
+The plan's ``alerts`` section says which channels hear about a topic and from which severity
+on. Each (alert, channel) pair becomes one outbox row under a deterministic key, so the
+transaction that records the cause can run again after a crash and add nothing twice.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import replace
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy.orm import Session
+
+from rolloutd.actions import CommandKind
+from rolloutd.alerts.slack import AlertFacts, build_message, graph_url
+from rolloutd.machine import refusal
+from rolloutd.operations import plan_of
+from rolloutd.plan import AlertChannel, Alerts, Plan
+from rolloutd.progress import Progress
+from rolloutd.store import queries
+from rolloutd.store.models import Rollout
+from rolloutd.store.outbox import enqueue_message
+
+SEVERITY_RANK = {"info": 0, "warning": 1, "critical": 2}
+_SUGGESTED: tuple[tuple[CommandKind, str], ...] = (
+    ("promote", 'rolloutctl promote {id} --reason "..."'),
+    ("abort", 'rolloutctl abort {id} --reason "..."'),
+    ("resume", "rolloutctl resume {id}"),
+)
+
+
+def deliveries(alerts: Alerts, topic: str, severity: str) -> list[tuple[str, AlertChannel, str]]:
+    """The channels that hear about ``topic``: (name, channel, severity as routed)."""
+    route = alerts.routes.get(topic)  # type: ignore[call-overload]
+    names = route.channels if route is not None else alerts.default
+    routed = route.severity if route is not None and route.severity else severity
+    return [
+        (name, alerts.channels[name], routed)
+        for name in names
+        if SEVERITY_RANK[routed] >= SEVERITY_RANK[alerts.channels[name].min_severity]
+    ]
+
+
+def evidence_base(plan: Plan) -> str | None:
+    """Where graph links point: the plan's ``alerts.prometheus_url``, else its Prometheus.
+
+    None unless the gates read Prometheus: other sources' queries are not PromQL.
+    """
+    if plan.metrics.source != "prometheus":
+        return None
+    if plan.alerts is not None and plan.alerts.prometheus_url:
+        return plan.alerts.prometheus_url
+    return plan.metrics.url
+
+
+def enqueue_rollout_alert(
+    session: Session,
+    rollout: Rollout,
+    *,
+    key: str,
+    topic: str,
+    severity: str,
+    text: str,
+    data: Mapping[str, Any],
+    now: datetime,
+) -> int:
+    """Queue one message per routed channel for an alert of ``rollout``.
+
+    :returns: how many messages were added (0 without an ``alerts`` section, or on a replay).
+    """
+    plan = plan_of(rollout)
+    if plan.alerts is None:
+        return 0
+    routed = deliveries(plan.alerts, topic, severity)
+    if not routed:
+        return 0
+    facts = _facts(session, rollout, plan, topic, severity, text, data)
+    added = 0
+    for name, channel, routed_severity in routed:
+        message = build_message(_with_severity(facts, routed_severity))
+        added += enqueue_message(
+            session,
+            key=f"rollout-{rollout.id}/{key}/{name}",
+            rollout_id=rollout.id,
+            topic=topic,
+            severity=routed_severity,
+            channel=name,
+            webhook_env=channel.webhook_env,
+            message=message,
+            now=now,
+        )
+    return added
+
+
+def enqueue_leadership_alert(
+    session: Session, *, change: str, instance: str, epoch: int, now: datetime
+) -> int:
+    """Tell the channels of every active rollout that leadership changed.
+
+    Channels are deduplicated by webhook, so a channel shared by several plans hears it once.
+
+    :returns: how many messages were added.
+    """
+    rollouts = queries.list_rollouts(session, active_only=True, limit=10_000)
+    if not rollouts:
+        return 0
+    ids = ", ".join(str(r.id) for r in rollouts)
+    if change == "acquired":
+        severity = "warning"
+        text = f"rolloutd@{instance} now leads (epoch {epoch}) and drives rollouts {ids}"
+    else:
+        severity = "info"
+        text = f"rolloutd@{instance} gave up leadership (epoch {epoch}); a standby takes over"
+    facts = AlertFacts(topic="leadership", severity=severity, text=text)
+    added = 0
+    seen: set[str] = set()
+    for rollout in rollouts:
+        plan = plan_of(rollout)
+        if plan.alerts is None:
+            continue
+        for name, channel, routed_severity in deliveries(plan.alerts, "leadership", severity):
+            if channel.webhook_env in seen:
+                continue
+            seen.add(channel.webhook_env)
+            added += enqueue_message(
+                session,
+                key=f"leadership/epoch-{epoch}/{change}/{channel.webhook_env}",
+                rollout_id=None,
+                topic="leadership",
+                severity=routed_severity,
+                channel=name,
+                webhook_env=channel.webhook_env,
+                message=build_message(_with_severity(facts, routed_severity)),
+                now=now,
+            )
+    return added
+
+
+def enqueue_plan_alert(
+    session: Session,
+    plan: Plan,
+    *,
+    key: str,
+    topic: str,
+    severity: str,
+    text: str,
+    now: datetime,
+) -> int:
+    """Queue an alert that belongs to a plan but to no rollout (a drill's result) on the
+    channels the plan routes ``topic`` to; the leader's sender delivers it.
+
+    :returns: how many messages were added (0 without an ``alerts`` section).
+    """
+    if plan.alerts is None:
+        return 0
+    facts = AlertFacts(topic=topic, severity=severity, text=text)
+    added = 0
+    for name, channel, routed_severity in deliveries(plan.alerts, topic, severity):
+        added += enqueue_message(
+            session,
+            key=f"plan-{plan.name}/{key}/{name}",
+            rollout_id=None,
+            topic=topic,
+            severity=routed_severity,
+            channel=name,
+            webhook_env=channel.webhook_env,
+            message=build_message(_with_severity(facts, routed_severity)),
+            now=now,
+        )
+    return added
+
+
+def _facts(
+    session: Session,
+    rollout: Rollout,
+    plan: Plan,
+    topic: str,
+    severity: str,
+    text: str,
+    data: Mapping[str, Any],
+) -> AlertFacts:
+    progress = Progress.from_storage(rollout.progress)
+    step = data.get("step")
+    index = step if isinstance(step, int) else progress.step_index
+    index = min(max(index, 0), len(plan.steps) - 1)
+    gate = data.get("gate") if isinstance(data.get("gate"), str) else None
+    value = data.get("value")
+    threshold = data.get("threshold")
+    evidence = None
+    base = evidence_base(plan)
+    if gate is not None and base is not None:
+        latest = queries.latest_evaluations(session, rollout.id).get(gate)
+        if latest is not None and latest.query:
+            evidence = graph_url(base, latest.query)
+            if value is None:
+                value = latest.value
+            if threshold is None:
+                threshold = latest.threshold
+    commands = [f"rolloutctl status {rollout.id} --watch"]
+    commands += [
+        line.format(id=rollout.id)
+        for kind, line in _SUGGESTED
+        if refusal(plan, progress, kind) is None
+    ]
+    commands.append(f"rolloutctl history {rollout.id}")
+    return AlertFacts(
+        topic=topic,
+        severity=severity,
+        text=text,
+        rollout_id=rollout.id,
+        rollout_name=rollout.name,
+        service=rollout.service,
+        environment=rollout.environment,
+        step=index,
+        steps=len(plan.steps),
+        step_name=plan.steps[index].title(),
+        weight=plan.step_weight(index),
+        gate=gate,
+        value=float(value) if isinstance(value, int | float) else None,
+        threshold=str(threshold) if threshold is not None else None,
+        evidence_url=evidence,
+        commands=tuple(commands),
+    )
+
+
+def _with_severity(facts: AlertFacts, severity: str) -> AlertFacts:
+    return facts if facts.severity == severity else replace(facts, severity=severity)

@@ -1,0 +1,236 @@
+"""Delivering the outbox to Slack: in order, at Slack's pace, through outages and crashes.
+
+The leader runs :meth:`Sender.run_once` every half second. Each run takes the oldest pending
+message of each webhook and posts it if the webhook is not resting:
+
+* ``2xx`` (Slack says ``ok``): marked sent; the webhook rests one second (Slack allows about
+  one message per second per webhook).
+* ``429``: the webhook rests for ``Retry-After`` seconds; the message stays first in line.
+* ``5xx``, a refused connection, a timeout: retried with exponential backoff (2 s … 60 s), the
+  webhook resting meanwhile, so a Slack outage costs one request a minute per webhook.
+* any other ``4xx`` (``invalid_payload``, ``channel_not_found``, ``no_service``, ...): retrying
+  cannot help; the message is given up and an ``alert_undeliverable`` event says so.
+
+A message is marked sent only after Slack answered, so a crash in between sends it again on
+the next run: a repeat, never a loss. The webhook URL is a secret and appears nowhere but in
+the request itself.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from typing import Any, Literal
+
+import httpx
+import structlog
+from sqlalchemy.orm import Session, sessionmaker
+
+from rolloutd.alerts.webhooks import Webhooks
+from rolloutd.redact import scrub
+from rolloutd.store import queries
+from rolloutd.store.db import transaction
+from rolloutd.store.outbox import defer, give_up, heads_of_queues, mark_sent
+
+log = structlog.get_logger("rolloutd.alerts")
+
+PACE = timedelta(seconds=1)
+BACKOFF_FIRST = timedelta(seconds=2)
+BACKOFF_CAP = timedelta(seconds=60)
+# Slack asks for a pause with Retry-After; a missing or absurd value gets these bounds.
+RETRY_AFTER_DEFAULT = 1.0
+RETRY_AFTER_MAX = 600.0
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+
+Outcome = Literal["sent", "rate_limited", "retry", "failed", "unconfigured"]
+
+
+@dataclass(frozen=True)
+class Delivery:
+    """What one attempt came to, and how long the webhook must rest afterwards."""
+
+    outcome: Outcome
+    detail: str
+    rest: timedelta = PACE
+
+
+def classify(status: int, body: str, retry_after: str | None) -> Delivery:
+    """Read Slack's answer to one post (pure, so every branch is testable)."""
+    said = scrub(body.strip())[:120] or "(empty body)"
+    if 200 <= status < 300:
+        return Delivery("sent", said)
+    if status == 429:
+        return Delivery("rate_limited", f"429 {said}", timedelta(seconds=_seconds(retry_after)))
+    if status >= 500 or status == 408:
+        return Delivery("retry", f"{status} {said}")
+    # 400 invalid_payload, 403 action_prohibited, 404 channel_not_found / no_service,
+    # 410 channel_is_archived: the same request will be refused again.
+    return Delivery("failed", f"{status} {said}")
+
+
+def _seconds(header: str | None) -> float:
+    try:
+        value = float(header) if header is not None else RETRY_AFTER_DEFAULT
+    except ValueError:
+        return RETRY_AFTER_DEFAULT
+    return min(max(value, 0.0), RETRY_AFTER_MAX)
+
+
+def backoff(attempts: int) -> timedelta:
+    """The wait after the ``attempts``-th failure in a row: 2 s, 4 s, 8 s ... at most 60 s."""
+    doublings = min(max(attempts - 1, 0), 16)
+    wait: timedelta = BACKOFF_FIRST * (1 << doublings)
+    return min(wait, BACKOFF_CAP)
+
+
+@dataclass(frozen=True)
+class _Head:
+    id: int
+    rollout_id: int | None
+    topic: str
+    channel: str
+    webhook_env: str
+    message: dict[str, Any]
+    attempts: int
+    next_attempt_at: datetime
+
+
+class Sender:
+    """Posts outbox messages to their webhooks; one instance per daemon, one run at a time."""
+
+    def __init__(
+        self,
+        sessions: sessionmaker[Session],
+        *,
+        webhooks: Webhooks,
+        clock: Callable[[], datetime],
+        timeout: float = 10.0,
+        client: httpx.Client | None = None,
+        leading: Callable[[], bool] = lambda: True,
+        actor: str = "rolloutd",
+        observe: Callable[[Outcome], None] | None = None,
+    ) -> None:
+        self.sessions = sessions
+        self.webhooks = webhooks
+        self.clock = clock
+        self.client = client or httpx.Client(
+            timeout=httpx.Timeout(timeout, connect=min(timeout, 5.0)), follow_redirects=False
+        )
+        self.leading = leading
+        self.actor = actor
+        self.observe = observe
+        # When each webhook may be posted to again, keyed by URL (never logged).
+        self._resting: dict[str, datetime] = {}
+
+    def run_once(self) -> int:
+        """Post the next due message of each webhook; return how many Slack accepted."""
+        with transaction(self.sessions) as session:
+            heads = [_detach(row) for row in heads_of_queues(session)]
+        sent = 0
+        for head in heads:
+            now = self.clock()
+            if head.next_attempt_at > now:
+                continue
+            if not self.leading():
+                break  # a standby must not speak; the new leader sends what is left
+            url = self.webhooks.url(head.webhook_env)
+            if url is None:
+                self._unconfigured(head, now)
+                continue
+            if self._resting.get(url, _EPOCH) > now:
+                continue
+            delivery = self._post(url, head.message)
+            now = self.clock()
+            rest = self._record(head, delivery, now)
+            self._resting[url] = now + rest
+            sent += delivery.outcome == "sent"
+        return sent
+
+    def close(self) -> None:
+        """Close the HTTP connections."""
+        self.client.close()
+
+    def _post(self, url: str, message: dict[str, Any]) -> Delivery:
+        try:
+            response = self.client.post(url, json=message)
+        except httpx.HTTPError as exc:
+            # Refused, reset, timed out: Slack (or the way to it) may be back in a moment.
+            reason = scrub(str(exc)) or type(exc).__name__
+            return Delivery("retry", f"{type(exc).__name__}: {reason}")
+        return classify(response.status_code, response.text, response.headers.get("Retry-After"))
+
+    def _record(self, head: _Head, delivery: Delivery, now: datetime) -> timedelta:
+        """Write the attempt's outcome; return how long the webhook must rest."""
+        bound = log.bind(
+            outbox=head.id, channel=head.channel, topic=head.topic, rollout=head.rollout_id
+        )
+        if self.observe is not None:
+            self.observe(delivery.outcome)
+        with transaction(self.sessions) as session:
+            if delivery.outcome == "sent":
+                mark_sent(session, head.id, now=now)
+                bound.info("alert sent", attempts=head.attempts + 1)
+            elif delivery.outcome == "failed":
+                give_up(session, head.id, now=now, error=delivery.detail)
+                queries.append_event(
+                    session,
+                    rollout_id=head.rollout_id,
+                    kind="alert_undeliverable",
+                    actor=self.actor,
+                    detail=f"{head.topic} alert to channel {head.channel} given up: Slack "
+                    f"answered {delivery.detail}; check the webhook in {head.webhook_env}",
+                    data={"outbox": head.id, "channel": head.channel, "topic": head.topic},
+                    now=now,
+                    dedup_key=f"outbox-{head.id}/undeliverable",
+                )
+                bound.error("alert undeliverable", error=delivery.detail)
+            else:
+                # The whole webhook rests, so a Slack outage costs one request per backoff.
+                rest = backoff(head.attempts + 1) if delivery.outcome == "retry" else delivery.rest
+                defer(session, head.id, until=now + rest, error=delivery.detail)
+                bound.warning(
+                    "alert deferred",
+                    outcome=delivery.outcome,
+                    error=delivery.detail,
+                    retry_in=rest.total_seconds(),
+                )
+                return rest
+        return delivery.rest
+
+    def _unconfigured(self, head: _Head, now: datetime) -> None:
+        problem = self.webhooks.problem(head.webhook_env)
+        wait = backoff(head.attempts + 1)
+        if self.observe is not None:
+            self.observe("unconfigured")
+        with transaction(self.sessions) as session:
+            defer(session, head.id, until=now + wait, error=problem)
+            # Kept, not given up: the alert goes out once the variable is set (SIGHUP or restart).
+            queries.append_event(
+                session,
+                rollout_id=head.rollout_id,
+                kind="alert_waiting",
+                actor=self.actor,
+                detail=f"{head.topic} alert to channel {head.channel} waits in the outbox: "
+                f"{problem}",
+                data={"outbox": head.id, "channel": head.channel, "topic": head.topic},
+                now=now,
+                dedup_key=f"outbox-{head.id}/unconfigured",
+            )
+        log.error("alert webhook not configured", channel=head.channel, problem=problem)
+
+
+def _detach(row: Any) -> _Head:
+    return _Head(
+        id=row.id,
+        rollout_id=row.rollout_id,
+        topic=row.topic,
+        channel=row.channel,
+        webhook_env=row.webhook_env,
+        message=dict(row.message),
+        attempts=row.attempts,
+        next_attempt_at=row.next_attempt_at,
+    )
+
+
+__all__ = ["Delivery", "Sender", "backoff", "classify"]

@@ -1,0 +1,189 @@
+"""The Prometheus alerting rules and the Grafana dashboard speak of metrics rolloutd exports."""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import yaml
+from prometheus_client.parser import text_string_to_metric_families
+
+from rolloutd.metrics import DaemonMetrics
+from tests.outbox.harness import T0, Harness
+from tests.routers.services import find_binary
+
+if TYPE_CHECKING:
+    from conftest import StoreHandle
+
+CONFIG = Path(__file__).resolve().parents[2] / "config"
+RULES = CONFIG / "prometheus" / "rolloutd-alerts.yml"
+DASHBOARD = CONFIG / "grafana" / "rolloutd-dashboard.json"
+METRIC = re.compile(r"\brolloutd_[a-z_]+")
+
+
+def _exported(store: StoreHandle) -> set[str]:
+    """Every sample name rolloutd's /metrics serves with one rollout mid-flight."""
+    h = Harness(store, {})
+    h.tick()
+    h.tick(seconds=5)
+    metrics = DaemonMetrics(store.sessions, instance="a", wall=h.clock, leading=lambda: 1)
+    with metrics.ticking():
+        pass
+    metrics.delivered("sent")
+    body, _ = metrics.exposition()
+    return {
+        sample.name
+        for family in text_string_to_metric_families(body.decode())
+        for sample in family.samples
+    }
+
+
+def _description(alert: str) -> str:
+    rules = yaml.safe_load(RULES.read_text())["groups"][0]["rules"]
+    return str(next(r for r in rules if r["alert"] == alert)["annotations"]["description"])
+
+
+def test_the_rules_pass_promtool_check(tmp_path: Path) -> None:
+    """promtool accepts the rule file."""
+    result = subprocess.run(
+        [find_binary("promtool"), "check", "rules", str(RULES)],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_the_rules_fire_when_nobody_leads_and_when_the_outbox_is_stuck(tmp_path: Path) -> None:
+    """promtool's rule unit test: no leader for a minute fires; a leader does not; an outbox
+    whose oldest alert ages past five minutes fires."""
+    tests = {
+        "rule_files": [str(RULES)],
+        "evaluation_interval": "15s",
+        "tests": [
+            {
+                "interval": "15s",
+                "input_series": [
+                    {
+                        "series": 'rolloutd_leader{daemon="a",instance="h1:9467"}',
+                        "values": "1x4 0x12",
+                    },
+                    {"series": 'rolloutd_leader{daemon="b",instance="h2:9467"}', "values": "0x16"},
+                    {
+                        "series": 'rolloutd_outbox_oldest_pending_age_seconds{instance="h1:9467"}',
+                        "values": "0+15x40",
+                    },
+                ],
+                "alert_rule_test": [
+                    {"eval_time": "1m", "alertname": "RolloutdNotLeading", "exp_alerts": []},
+                    {
+                        "eval_time": "3m",
+                        "alertname": "RolloutdNotLeading",
+                        "exp_alerts": [
+                            {
+                                "exp_labels": {"severity": "critical"},
+                                "exp_annotations": {
+                                    "summary": "No rolloutd instance holds the leader lease",
+                                    "description": _description("RolloutdNotLeading"),
+                                },
+                            }
+                        ],
+                    },
+                    {"eval_time": "6m", "alertname": "RolloutdOutboxStuck", "exp_alerts": []},
+                    {
+                        "eval_time": "8m",
+                        "alertname": "RolloutdOutboxStuck",
+                        "exp_alerts": [
+                            {
+                                "exp_labels": {"severity": "critical"},
+                                "exp_annotations": {
+                                    "summary": "rolloutd alerts have waited 8m 0s for Slack",
+                                    "description": _description("RolloutdOutboxStuck"),
+                                },
+                            }
+                        ],
+                    },
+                ],
+            }
+        ],
+    }
+    path = tmp_path / "rules_test.yml"
+    path.write_text(yaml.safe_dump(tests))
+    result = subprocess.run(
+        [find_binary("promtool"), "test", "rules", str(path)],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_rules_and_dashboard_name_only_metrics_rolloutd_exports(store: StoreHandle) -> None:
+    """Every rolloutd_* name in the rules and the dashboard is served by /metrics."""
+    exported = _exported(store)
+    rules = yaml.safe_load(RULES.read_text())
+    rule_names = {
+        name for rule in rules["groups"][0]["rules"] for name in METRIC.findall(rule["expr"])
+    }
+    dashboard = json.loads(DASHBOARD.read_text())
+    exprs = [t["expr"] for p in dashboard["panels"] for t in p.get("targets", [])]
+    dash_names = {name for expr in exprs for name in METRIC.findall(expr)}
+    assert rule_names and dash_names
+    assert rule_names - exported == set()
+    assert dash_names - exported == set()
+    # The dashboard shows the engines' signals too, for both serving stacks.
+    assert any("vllm:" in e for e in exprs) and any("nv_trt_llm_" in e for e in exprs)
+
+
+def test_metrics_report_the_rollout_gates_and_outbox(store: StoreHandle) -> None:
+    """A scrape reports the rollout's state, step and weight, each gate's value and verdict,
+    and the outbox depth and the age of its oldest message."""
+    h = Harness(store, {})
+    h.tick()
+    h.metrics.set("queue_timeout_rate", "canary", 0.062, samples=900)
+    h.tick(seconds=5)  # breach: a rollback and two alerts for Slack
+    h.clock.advance(seconds=42)
+    metrics = DaemonMetrics(store.sessions, instance="a", wall=h.clock, leading=lambda: None)
+    body, content_type = metrics.exposition()
+    assert content_type.startswith("text/plain")
+    samples = {
+        (s.name, tuple(sorted(s.labels.items()))): s.value
+        for family in text_string_to_metric_families(body.decode())
+        for s in family.samples
+    }
+    rollout = (
+        ("environment", "production"),
+        ("name", "atlas-maxseq8192"),
+        ("rollout", str(h.rollout_id)),
+        ("service", "atlas-70b"),
+    )
+    assert (
+        samples[("rolloutd_rollout_state", tuple(sorted((*rollout, ("state", "rolling_back")))))]
+        == 1
+    )
+    assert samples[("rolloutd_rollout_state", tuple(sorted((*rollout, ("state", "running")))))] == 0
+    assert samples[("rolloutd_rollout_canary_weight_percent", rollout)] == 0
+    assert samples[("rolloutd_rollout_step", rollout)] == 0
+    gate = (("gate", "queue_timeouts"), ("role", "trigger"), ("rollout", str(h.rollout_id)))
+    assert samples[("rolloutd_gate_value", gate)] == 0.062
+    assert samples[("rolloutd_gate_verdict", tuple(sorted((*gate, ("verdict", "fail")))))] == 1
+    assert samples[("rolloutd_outbox_pending", ())] == 2
+    assert samples[("rolloutd_outbox_oldest_pending_age_seconds", ())] == 42
+    assert samples[("rolloutd_leader", (("daemon", "a"),))] == 0
+    assert samples[("rolloutd_store_up", ())] == 1
+    assert T0  # the harness clock started at T0
+
+
+def test_a_database_error_is_reported_not_raised(store: StoreHandle, tmp_path: Path) -> None:
+    """A scrape while the database is unreachable answers rolloutd_store_up 0."""
+    from rolloutd.store.db import make_engine, session_factory
+
+    gone = session_factory(make_engine(f"sqlite:///{tmp_path / 'missing-dir' / 'x.db'}"))
+    metrics = DaemonMetrics(gone, instance="a", wall=lambda: T0, leading=lambda: 3)
+    body, _ = metrics.exposition()
+    text = body.decode()
+    assert "rolloutd_store_up 0.0" in text
+    assert 'rolloutd_leader{daemon="a"} 1.0' in text and "rolloutd_leader_epoch 3.0" in text
