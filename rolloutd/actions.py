@@ -86,7 +86,35 @@ class Alert:
         return {"topic": self.topic, "severity": self.severity, "text": self.text, **self.data}
 
 
-Action = SetWeight | Alert
+@dataclass(frozen=True)
+class Deploy:
+    """Put the pinned artefact set ``artefacts`` on ``replica`` (idempotent by design)."""
+
+    key: str
+    replica: str
+    artefacts: str
+    kind: Literal["deploy"] = "deploy"
+
+    def payload(self) -> dict[str, Any]:
+        """The action's arguments as stored in the intent log."""
+        return {"replica": self.replica, "artefacts": self.artefacts}
+
+
+@dataclass(frozen=True)
+class Verify:
+    """Check that ``replica`` is healthy and serves exactly the pinned set ``artefacts``."""
+
+    key: str
+    replica: str
+    artefacts: str
+    kind: Literal["verify"] = "verify"
+
+    def payload(self) -> dict[str, Any]:
+        """The action's arguments as stored in the intent log."""
+        return {"replica": self.replica, "artefacts": self.artefacts}
+
+
+Action = SetWeight | Alert | Deploy | Verify
 
 
 @dataclass(frozen=True)

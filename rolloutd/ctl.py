@@ -125,22 +125,56 @@ def plan_validate(files: tuple[str, ...]) -> None:
 
 @cli.command()
 @click.argument("file", type=click.Path(dir_okay=True))
+@click.option(
+    "--skip-drill",
+    is_flag=True,
+    help="Start a production rollout without a passed staging drill (audited and alerted).",
+)
+@click.option("--reason", "-r", help="Why the drill is skipped; required with --skip-drill.")
 @OUTPUT
-def start(file: str, output: str) -> None:
+def start(file: str, skip_drill: bool, reason: str | None, output: str) -> None:
     """Start a rollout of the plan in FILE and print its id.
 
-    Refused (exit 3) while another rollout of the same service and environment is active.
+    Refused (exit 3) while another rollout of the same service and environment is active,
+    when an artefact set of the plan is not pinned or its files (where this host can read
+    them) no longer match their digests, and, in production, without a passed staging
+    drill of the same artefact pair (see `rolloutctl drill`).
 
     \b
-    Example:
+    Examples:
       rolloutctl start config/plans/atlas-70b-maxseq8192.yaml
+      rolloutctl start plan.yaml --skip-drill --reason "hotfix, staging is down (INC-42)"
     """
-    from rolloutd.operations import start_rollout
+    from rolloutd.deploy.catalog import file_problems, find_set
+    from rolloutd.errors import Refused
+    from rolloutd.operations import admission_problems, record_skipped_drill, start_rollout
     from rolloutd.planfile import load_plan
 
+    if skip_drill and not (reason or "").strip():
+        raise BadInput.one("--reason", "", "required with --skip-drill: it goes in the audit log")
+    if reason and not skip_drill:
+        raise BadInput.one("--reason", "", "only means something with --skip-drill")
     loaded = load_plan(file)
+    plan = loaded.plan
     with database() as session:
+        problems = admission_problems(session, plan, skip_drill=skip_drill)
+        pinned = [
+            (role, find_set(session, getattr(plan.artefacts, role)))
+            for role in ("stable", "canary")
+        ]
+    # Hashing the files takes a while on a real model: outside any transaction.
+    problems += file_problems((role, found) for role, found in pinned if found is not None)
+    if problems:
+        raise Refused(f"{file}: cannot start: " + "; ".join(problems))
+    with database() as session:
+        problems = admission_problems(session, plan, skip_drill=skip_drill)
+        if problems:  # a set or drill changed meanwhile
+            raise Refused(f"{file}: cannot start: " + "; ".join(problems))
         rollout_id = start_rollout(session, loaded, actor=operator_name(), now=_now())
+        if skip_drill and reason:
+            record_skipped_drill(
+                session, rollout_id, reason=reason.strip(), actor=operator_name(), now=_now()
+            )
     emit(
         {"id": rollout_id, "plan_hash": loaded.content_hash}, output, lambda d: click.echo(d["id"])
     )
@@ -148,19 +182,41 @@ def start(file: str, output: str) -> None:
 
 @cli.command()
 @click.argument("rollout_id", metavar="[ID]", type=int, required=False)
+@click.option(
+    "--watch",
+    "-w",
+    is_flag=True,
+    help="Redraw the view (gates with their trend, last events) until the rollout ends.",
+)
+@click.option(
+    "--interval",
+    type=click.FloatRange(min=0.05),
+    default=2.0,
+    show_default=True,
+    help="Seconds between redraws with --watch.",
+)
 @OUTPUT
-def status(rollout_id: int | None, output: str) -> None:
+def status(rollout_id: int | None, watch: bool, interval: float, output: str) -> None:
     """Show a rollout's state, step, weight and gates; without ID, every active rollout.
+
+    With --watch, redraw until the rollout ends (Ctrl-C stops watching, not the rollout);
+    with --output json, print one JSON object per redraw.
 
     \b
     Examples:
       rolloutctl status
+      rolloutctl status 7 --watch
       rolloutctl status 7 --output json | jq .state
     """
     from rolloutd import render
     from rolloutd.operations import status_view
     from rolloutd.store import queries
 
+    if watch:
+        if rollout_id is None:
+            raise BadInput.one("--watch", "", "needs the ID of the rollout to watch")
+        _watch(rollout_id, interval, output)
+        return
     with database() as session:
         if rollout_id is not None:
             data: Any = status_view(session, queries.get_rollout(session, rollout_id))
@@ -168,6 +224,30 @@ def status(rollout_id: int | None, output: str) -> None:
             return
         data = [status_view(session, r) for r in queries.list_rollouts(session, active_only=True)]
     emit(data, output, render.statuses)
+
+
+def _watch(rollout_id: int, interval: float, output: str) -> None:
+    import time
+
+    from rolloutd import render
+    from rolloutd.operations import watch_view
+    from rolloutd.store import queries
+
+    def frame() -> dict[str, Any]:
+        with database() as session:
+            return watch_view(session, queries.get_rollout(session, rollout_id))
+
+    try:
+        if output == "json":
+            while True:
+                view = frame()
+                click.echo(json.dumps(view, default=str), nl=True)
+                if view["ended"]:
+                    return
+                time.sleep(interval)
+        render.watch_live(frame, interval)
+    except KeyboardInterrupt:
+        return  # watching stopped; the rollout goes on
 
 
 @cli.command("list")
@@ -193,11 +273,13 @@ def list_(limit: int, output: str) -> None:
 @click.argument("rollout_id", metavar="ID", type=int)
 @OUTPUT
 def history(rollout_id: int, output: str) -> None:
-    """Show the audit log of a rollout: when, what, who, and why.
+    """Show the audit log of a rollout as a timeline: when, how long after the start, what,
+    who, and why.
 
     \b
-    Example:
+    Examples:
       rolloutctl history 7
+      rolloutctl history 7 --output json | jq '.[] | select(.kind == "command")'
     """
     from rolloutd import render
     from rolloutd.operations import history_view
@@ -205,6 +287,24 @@ def history(rollout_id: int, output: str) -> None:
     with database() as session:
         data = history_view(session, rollout_id)
     emit(data, output, render.history)
+
+
+@cli.command()
+@click.argument("shell", type=click.Choice(["bash", "zsh", "fish"]))
+def completion(shell: str) -> None:
+    """Print the shell completion script for SHELL (commands, options, choices).
+
+    \b
+    Examples:
+      rolloutctl completion bash > /etc/bash_completion.d/rolloutctl
+      rolloutctl completion zsh > "${fpath[1]}/_rolloutctl"
+      rolloutctl completion fish > ~/.config/fish/completions/rolloutctl.fish
+    """
+    from click.shell_completion import get_completion_class
+
+    completer = get_completion_class(shell)
+    assert completer is not None  # click ships all three
+    click.echo(completer(cli, {}, "rolloutctl", "_ROLLOUTCTL_COMPLETE").source())
 
 
 def _command(
@@ -475,6 +575,17 @@ def demo(scenario: str, speed: float, seed: int, output: str) -> None:
             result = run_demo(chosen, speed=speed, seed=seed, observe=view)
         print_summary(result)
     sys.exit(0 if result.ok else 1)
+
+
+from rolloutd.ctl_artefacts import artefact_group, drill_command  # noqa: E402
+
+cli.add_command(artefact_group)
+cli.add_command(drill_command)
+
+
+from rolloutd.ctl_eval import eval_command  # noqa: E402
+
+cli.add_command(eval_command)
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -31,9 +31,13 @@ from apscheduler.schedulers.background import BackgroundScheduler
 from apscheduler.triggers.interval import IntervalTrigger
 from sqlalchemy.exc import SQLAlchemyError
 
+from rolloutd.alerts.enqueue import enqueue_leadership_alert
+from rolloutd.alerts.sender import Sender
+from rolloutd.alerts.webhooks import Webhooks
 from rolloutd.drivers import Drivers, PlanDrivers
 from rolloutd.errors import PermanentError, RolloutdError
 from rolloutd.health import HealthServer
+from rolloutd.metrics import DaemonMetrics
 from rolloutd.operations import plan_of
 from rolloutd.reconcile import LEASE_MARGIN, NotLeading, Reconciler
 from rolloutd.sdnotify import Notifier, watchdog_interval
@@ -47,6 +51,10 @@ from rolloutd.store.errors import StaleWrite
 log = structlog.get_logger("rolloutd.daemon")
 
 Clock = Callable[[], datetime]
+
+SENDER_JOB = "alert-sender"
+# The sender paces each webhook to one message a second; it looks for work twice as often.
+SEND_EVERY_SECONDS = 0.5
 
 
 def utc_now() -> datetime:
@@ -92,6 +100,19 @@ class Daemon:
             wall=wall,
             margin=min(LEASE_MARGIN, self.ttl / 4),
         )
+        self.metrics = DaemonMetrics(
+            self.sessions, instance=self.instance, wall=wall, leading=self._leading_epoch
+        )
+        self.sender = Sender(
+            self.sessions,
+            webhooks=Webhooks(),
+            clock=wall,
+            timeout=settings.alert_timeout_seconds,
+            # A stopping daemon posts nothing more: a hanging Slack must not hold up SIGTERM.
+            leading=lambda: not self.stopping.is_set() and self._leading_epoch() is not None,
+            actor=f"rolloutd@{self.instance}",
+            observe=self.metrics.delivered,
+        )
         self.scheduler = BackgroundScheduler(
             executors={"default": ThreadPoolExecutor(max_workers=8)},
             job_defaults={"coalesce": True, "max_instances": 1, "misfire_grace_time": 30},
@@ -99,6 +120,7 @@ class Daemon:
         )
         self._wakeups: set[int] = set()
         self._wakeups_lock = threading.Lock()
+        self._ended: set[int] = set()  # rollouts whose job the main loop is to remove
         self._lock_file: Any = None
         self._health: HealthServer | None = None
         port = settings.health_port if health_port is None else health_port
@@ -161,11 +183,20 @@ class Daemon:
                     now = self.wall()
                     lease.release(session, self.held, now=now)
                     self._daemon_event(session, "leader_released", "gave up leadership", now)
+                    enqueue_leadership_alert(
+                        session,
+                        change="released",
+                        instance=self.instance,
+                        epoch=self.held.epoch,
+                        now=now,
+                    )
             except (RolloutdError, SQLAlchemyError) as exc:
                 log.warning("could not release the lease; it expires by itself", error=str(exc))
             self.held = None
         if self._health is not None:
             self._health.stop()
+        self.sender.close()
+        self.reconciler.close()
         self.engine.dispose()
         log.info("stopped", instance=self.instance)
         return 0
@@ -190,7 +221,7 @@ class Daemon:
     def _start_health(self) -> None:
         host, port = self._health_address
         try:
-            self._health = HealthServer(host, port, self._health_report)
+            self._health = HealthServer(host, port, self._health_report, self.metrics.exposition)
         except OSError as exc:
             raise PermanentError(
                 f"cannot serve /healthz on {host}:{port}: {exc.strerror}"
@@ -208,13 +239,20 @@ class Daemon:
             "instance": self.instance,
             "epoch": held.epoch if held is not None and leading else None,
             "loop_age_seconds": round(age, 3),
-            "rollouts": len(self.scheduler.get_jobs()),
+            "rollouts": self._rollout_jobs(),
         }
+
+    def _leading_epoch(self) -> int | None:
+        held = self.held
+        return held.epoch if held is not None and held.valid_at(self.wall()) else None
+
+    def _rollout_jobs(self) -> int:
+        return sum(job.id.startswith("tick-") for job in self.scheduler.get_jobs())
 
     def _status(self) -> str:
         if self.held is None:
             return "standby"
-        return f"leader (epoch {self.held.epoch}), {len(self.scheduler.get_jobs())} active rollouts"
+        return f"leader (epoch {self.held.epoch}), {self._rollout_jobs()} active rollouts"
 
     def _reload(self) -> None:
         from rolloutd.logs import configure_logging
@@ -244,6 +282,13 @@ class Daemon:
                 if held is not None and not was_leading:
                     self._daemon_event(
                         session, "leader_acquired", f"leading with epoch {held.epoch}", now
+                    )
+                    enqueue_leadership_alert(
+                        session,
+                        change="acquired",
+                        instance=self.instance,
+                        epoch=held.epoch,
+                        now=now,
                     )
             self.held = held
         except (RolloutdError, SQLAlchemyError) as exc:
@@ -300,10 +345,16 @@ class Daemon:
         except (RolloutdError, SQLAlchemyError) as exc:
             log.error("cannot list active rollouts", error=str(exc))
             return
-        wanted = {f"tick-{r.id}": r for r in rollouts}
+        with self._wakeups_lock:
+            ended, self._ended = self._ended, set()
+        wanted = {f"tick-{r.id}": r for r in rollouts if r.id not in ended}
         for job in self.scheduler.get_jobs():
-            if job.id not in wanted:
+            if job.id not in wanted and job.id != SENDER_JOB:
                 job.remove()
+        if self.scheduler.get_job(SENDER_JOB) is None:
+            self.scheduler.add_job(
+                self._send_alerts, IntervalTrigger(seconds=SEND_EVERY_SECONDS), id=SENDER_JOB
+            )
         for job_id, rollout in wanted.items():
             if self.scheduler.get_job(job_id) is None:
                 self.scheduler.add_job(
@@ -330,8 +381,11 @@ class Daemon:
         try:
             while not self.stopping.is_set():
                 with self._wakeups_lock:
+                    if rollout_id in self._ended:
+                        return  # ended; the main loop removes the job
                     self._wakeups.discard(rollout_id)
-                result = self.reconciler.tick(rollout_id)
+                with self.metrics.ticking():
+                    result = self.reconciler.tick(rollout_id)
                 if result.state.terminal and self._owes_nothing(rollout_id):
                     self._drop_job(rollout_id)
                     return
@@ -355,13 +409,26 @@ class Daemon:
         finally:
             structlog.contextvars.unbind_contextvars("rollout")
 
+    def _send_alerts(self) -> None:
+        """The sender job: deliver what the outbox holds (leader only; the scheduler pauses)."""
+        try:
+            self.sender.run_once()
+        except (RolloutdError, SQLAlchemyError) as exc:
+            log.error("alert sender failed", error=str(exc).splitlines()[0])
+        except Exception:  # a bug must not kill the scheduler thread; it is logged in full
+            log.exception("alert sender crashed")
+
     def _owes_nothing(self, rollout_id: int) -> bool:
         with transaction(self.sessions) as session:
             return not queries.pending_actions(session, rollout_id)
 
     def _drop_job(self, rollout_id: int) -> None:
-        with contextlib.suppress(JobLookupError):
-            self.scheduler.remove_job(f"tick-{rollout_id}")
+        """Stop ticking a rollout that ended. The job is not removed here: a job that calls
+        ``remove_job`` while ``scheduler.shutdown(wait=True)`` holds the job-store lock and
+        joins the workers deadlocks SIGTERM. Its ticks return at once; the main loop's next
+        job sync removes it."""
+        with self._wakeups_lock:
+            self._ended.add(rollout_id)
 
     # -- commands through LISTEN/NOTIFY -----------------------------------------------------
 

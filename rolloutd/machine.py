@@ -29,12 +29,14 @@ from rolloutd.actions import (
     Alert,
     Command,
     CommandOutcome,
+    Deploy,
     Event,
     GateResult,
     Observed,
     SetWeight,
     Severity,
     Verdict,
+    Verify,
 )
 from rolloutd.durations import format_duration
 from rolloutd.plan import FullStep, PauseStep, Plan, SteadyStep
@@ -393,8 +395,31 @@ class _Tick:
         self.alert("rollback_started", "critical", f"Rolling back: {cause}", data)
 
     def finish_rollback(self, observed: Observed) -> None:
-        if ROLLBACK_WEIGHT_KEY in observed.done_actions and observed.router_weight == 0:
+        """Weight 0 (read back) -> redeploy the stable set on every canary replica -> verify
+        each one's health and digests -> rolled_back. Each step is a keyed action issued
+        only once the one before it is done, so a crash resumes where it stopped and a
+        step that keeps failing holds the rollout in rolling_back."""
+        done = observed.done_actions
+        if ROLLBACK_WEIGHT_KEY not in done or observed.router_weight != 0:
+            return
+        if self.plan.executor.kind == "none":
             self.end("rolled_back", "rollback finished: the router reads 0% canary")
+            return
+        stable = self.plan.artefacts.stable
+        replicas = [r.name for r in self.plan.pools.canary.replicas]
+        deploys = [Deploy(f"rollback/deploy/{name}", name, stable) for name in replicas]
+        if any(d.key not in done for d in deploys):
+            self.actions.extend(deploys)  # the intent log ignores keys it already holds
+            return
+        verifies = [Verify(f"rollback/verify/{name}", name, stable) for name in replicas]
+        if any(v.key not in done for v in verifies):
+            self.actions.extend(verifies)
+            return
+        self.end(
+            "rolled_back",
+            f"rollback finished: the router reads 0% canary and {', '.join(replicas)} "
+            f"verified healthy on the pinned set {stable}",
+        )
 
     def end(self, ending: Ending, detail: str, *, severity: Severity = "info") -> None:
         self.p = replace(self.p.stop_clock(self.now), ended=ending, ended_at=self.now)

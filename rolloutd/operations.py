@@ -46,6 +46,53 @@ def start_rollout(session: Session, loaded: LoadedPlan, *, actor: str, now: date
     )
 
 
+def admission_problems(session: Session, plan: Plan, *, skip_drill: bool = False) -> list[str]:
+    """Why ``plan`` may not start: artefact sets that are not pinned and, for production, no
+    passed staging drill of the same (stable, canary) pair -- unless ``skip_drill``.
+
+    Checking the sets' files against their digests takes minutes on a real model; callers
+    do that outside any transaction (:func:`rolloutd.deploy.catalog.file_problems`).
+    """
+    from rolloutd.deploy.catalog import check_artefacts
+    from rolloutd.deploy.drills import drill_gate
+
+    problems = check_artefacts(session, plan, verify_files=False)
+    if not problems and not skip_drill:
+        refused = drill_gate(session, plan)
+        if refused is not None:
+            problems.append(refused)
+    return problems
+
+
+def record_skipped_drill(
+    session: Session, rollout_id: int, *, reason: str, actor: str, now: datetime
+) -> None:
+    """Keep ``--skip-drill`` in the audit log and alert about it (the daemon sends it)."""
+    detail = f"started without a passed staging drill by {actor}: {reason}"
+    queries.append_event(
+        session,
+        rollout_id=rollout_id,
+        kind="drill_skipped",
+        actor=actor,
+        detail=detail,
+        data={"reason": reason},
+        now=now,
+    )
+    text = f"Rollout {rollout_id} {detail}"
+    queries.enqueue_actions(
+        session,
+        rollout_id=rollout_id,
+        actions=[
+            (
+                "alert/skip_drill",
+                "alert",
+                {"topic": "skip_drill", "severity": "warning", "text": text, "reason": reason},
+            )
+        ],
+        now=now,
+    )
+
+
 def submit_command(
     session: Session,
     rollout_id: int,
@@ -185,3 +232,22 @@ def history_view(session: Session, rollout_id: int) -> list[dict[str, Any]]:
 
 def _iso(value: datetime | None) -> str | None:
     return None if value is None else value.isoformat()
+
+
+TREND_POINTS = 20
+WATCH_EVENTS = 8
+
+
+def watch_view(session: Session, rollout: Rollout) -> dict[str, Any]:
+    """What ``rolloutctl status --watch`` shows: the status, each gate's recent values, and
+    the newest events (oldest first), plus whether the rollout has ended."""
+    view = status_view(session, rollout)
+    for gate in view["gates"]:
+        newest_first = queries.recent_values(session, rollout.id, gate["name"], TREND_POINTS)
+        gate["trend"] = list(reversed(newest_first))
+    events = queries.list_events(session, rollout.id)[-WATCH_EVENTS:]
+    view["events"] = [
+        {"at": _iso(e.at), "kind": e.kind, "actor": e.actor, "detail": e.detail} for e in events
+    ]
+    view["ended"] = State(view["state"]).terminal
+    return view

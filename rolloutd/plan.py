@@ -10,10 +10,20 @@ module holds only the shape and the rules that tie fields together.
 from __future__ import annotations
 
 import math
+import re
+import string
 from datetime import timedelta
 from typing import Annotated, Literal, Self
 
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, PlainSerializer, model_validator
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    PlainSerializer,
+    model_validator,
+)
 
 from rolloutd.durations import format_duration, parse_duration
 
@@ -161,6 +171,8 @@ class MetricsSpec(_Spec):
     pool_label: str = "pool"
     timeout: Duration = timedelta(seconds=10)
     overrides: dict[Name, str] = Field(default_factory=dict)
+    tls_verify: bool = True
+    """False: accept any certificate from an https Prometheus (a self-signed lab server)."""
 
 
 class Artefacts(_Spec):
@@ -207,6 +219,11 @@ class _Gate(_Spec):
     description: str = ""
     window: Duration = timedelta(minutes=5)
 
+    def live_pools(self) -> frozenset[Literal["canary", "stable"]]:
+        """The pools whose live requests this gate needs: it does not apply at a step where
+        one of them serves none (the canary at 0% unmirrored, stable at 100%)."""
+        return frozenset()
+
 
 class ThresholdGate(_Gate):
     """A signal against an absolute bound; needs ``min_samples`` before it may pass."""
@@ -217,6 +234,9 @@ class ThresholdGate(_Gate):
     max: float | None = None
     min: float | None = None
     min_samples: int = Field(default=0, ge=0)
+
+    def live_pools(self) -> frozenset[Literal["canary", "stable"]]:
+        return frozenset({self.pool})
 
     @model_validator(mode="after")
     def _has_bound(self) -> Self:
@@ -242,6 +262,15 @@ class CompareGate(_Gate):
     signal: Name
     alpha: float = Field(default=0.05, gt=0.0, lt=1.0)
     min_events: int = Field(default=0, ge=0)
+    final_look: bool = True
+    """Also test once, when the bake of the last step carrying the gate has passed, over
+    all of its steps: a fixed-horizon test, for regressions too small to show early.
+    (A rollback trigger has no last step: it keeps the every-tick test alone.)"""
+    sequential_share: float = Field(default=0.2, gt=0.0, lt=1.0)
+    """The share of ``alpha`` the every-tick test spends; the final look gets the rest."""
+
+    def live_pools(self) -> frozenset[Literal["canary", "stable"]]:
+        return frozenset({"canary", "stable"})
 
 
 class LatencyGate(_Gate):
@@ -253,6 +282,10 @@ class LatencyGate(_Gate):
     max_ratio: float | None = Field(default=None, gt=1.0)
     min_samples: int = Field(default=0, ge=0)
 
+    def live_pools(self) -> frozenset[Literal["canary", "stable"]]:
+        # At 100% the ratio to stable is dropped and the target alone is judged.
+        return frozenset({"canary"})
+
 
 class CapacityGate(_Gate):
     """Prompt+output length and KV-cache occupancy against the capacity assumption."""
@@ -261,9 +294,17 @@ class CapacityGate(_Gate):
     margin: Fraction = 0.0
     kv_usage_max: Fraction = 0.95
 
+    def live_pools(self) -> frozenset[Literal["canary", "stable"]]:
+        return frozenset({"canary"})
+
 
 class SuiteGate(_Gate):
-    """The tool-argument suite: per-field regressions or exactness against the baseline."""
+    """The tool-argument suite: per-field regressions or exactness against the baseline.
+
+    Runs at the step's entry (``at_entry``) and then every ``every``; ``sampled_suite`` names
+    a second suite (sampled live cases, same format) that is run and judged the same way.
+    The canary and baseline endpoints default to the first replica of each pool.
+    """
 
     kind: Literal["suite"]
     suite: str = Field(min_length=1)
@@ -271,6 +312,12 @@ class SuiteGate(_Gate):
     max_drop_points: float = Field(default=1.0, ge=0.0)
     alpha: float = Field(default=0.05, gt=0.0, lt=1.0)
     every: Duration | None = None
+    at_entry: bool = True
+    sampled_suite: str | None = Field(default=None, min_length=1)
+    endpoint: str | None = Field(default=None, pattern=r"^https?://\S+$")
+    baseline_endpoint: str | None = Field(default=None, pattern=r"^https?://\S+$")
+    concurrency: int = Field(default=8, ge=1, le=256)
+    max_request_errors: Fraction = 0.05
 
 
 GateSpec = Annotated[
@@ -377,6 +424,167 @@ Step = Annotated[
 ]
 
 
+# --- deploy executors -------------------------------------------------------------------
+
+# What an argv template or ``files_path`` may name; each is filled per replica and set.
+TEMPLATE_FIELDS = frozenset({"replica", "url", "set", "digest", "root", "engine", "manifest"})
+Role = Literal["stable", "canary"]
+
+
+def _template_fields(template: str) -> set[str]:
+    try:
+        return {name for _, name, _, _ in string.Formatter().parse(template) if name is not None}
+    except ValueError as exc:
+        raise ValueError(f"{template!r} is not a valid template: {exc}") from None
+
+
+def _check_template(template: str, where: str) -> None:
+    unknown = _template_fields(template) - TEMPLATE_FIELDS
+    if unknown:
+        known = ", ".join("{" + name + "}" for name in sorted(TEMPLATE_FIELDS))
+        raise ValueError(f"{where} names {sorted(unknown)}; known placeholders: {known}")
+
+
+class NoExecutor(_Spec):
+    """No deploys: operators put artefacts on replicas themselves; rollback moves traffic only."""
+
+    kind: Literal["none"] = "none"
+
+
+class _Executor(_Spec):
+    """What every executor shares: how long a replica may take to become healthy after a
+    deploy, how often to poll it, and optionally where the ops host can read the files a
+    replica serves (``{replica}`` and the other placeholders), for the digest check."""
+
+    health_deadline: Duration = timedelta(minutes=5)
+    poll_interval: Duration = timedelta(seconds=2)
+    files_path: str | None = Field(default=None, min_length=1)
+
+    @model_validator(mode="after")
+    def _known_placeholders(self) -> Self:
+        if self.files_path is not None:
+            _check_template(self.files_path, "files_path")
+        return self
+
+
+class CommandExecutor(_Executor):
+    """Runs the operator's own deploy command once per replica (``argv`` is a template).
+
+    The artefact set's name, root, engine, config, digests and a manifest file are in the
+    environment as ``ROLLOUTD_*``; nothing else of rolloutd's environment is passed on.
+    ``health`` picks the health endpoint (``auto``: from the set's engine).
+    """
+
+    kind: Literal["command"]
+    argv: list[str] = Field(min_length=1)
+    timeout: Duration = timedelta(minutes=15)
+    env: dict[Annotated[str, Field(pattern=r"^[A-Za-z_][A-Za-z0-9_]*$")], str] = Field(
+        default_factory=dict
+    )
+    health: Literal["auto", "vllm", "triton"] = "auto"
+
+    @model_validator(mode="after")
+    def _known_argv_placeholders(self) -> Self:
+        for i, part in enumerate(self.argv):
+            _check_template(part, f"argv[{i}]")
+        reserved = sorted(name for name in self.env if name.startswith("ROLLOUTD_"))
+        if reserved:
+            raise ValueError(f"env may not set {', '.join(reserved)}: rolloutd sets ROLLOUTD_*")
+        return self
+
+
+class TritonExecutor(_Executor):
+    """Triton model control (``--model-control-mode=explicit``): load ``model`` with the set's
+    engine config as the override, wait until the version is ready, unload the models in
+    ``unload`` that it replaces. ``versions`` pins the repository version each role's set
+    is served as; ``urls`` maps a replica name to its Triton HTTP URL when that is not the
+    replica URL the router uses."""
+
+    kind: Literal["triton"]
+    model: Name
+    versions: dict[Role, Annotated[int, Field(ge=1)]] = Field(default_factory=dict)
+    unload: list[Name] = Field(default_factory=list)
+    urls: dict[Name, Annotated[str, Field(pattern=r"^https?://\S+$")]] = Field(default_factory=dict)
+    load_timeout: Duration = timedelta(minutes=10)
+
+
+ExecutorSpec = Annotated[NoExecutor | CommandExecutor | TritonExecutor, Field(discriminator="kind")]
+
+
+# --- alerts -------------------------------------------------------------------------------
+
+# What the daemon alerts about; a route names one of these.
+AlertTopic = Literal[
+    "rollback_started",
+    "rolled_back",
+    "action_stuck",
+    "awaiting_promotion",
+    "inconclusive_limit",
+    "capacity_invalid",
+    "drill_result",
+    "skip_drill",
+    "completed",
+    "aborted",
+    "failed",
+    "leadership",
+]
+AlertSeverity = Literal["info", "warning", "critical"]
+_ENV_NAME = re.compile(r"^[A-Z_][A-Z0-9_]{0,99}$")
+
+
+def _environment_variable(value: str) -> str:
+    # Never echo the value: someone who pasted the webhook URL here has written a secret.
+    if not _ENV_NAME.match(value):
+        raise ValueError(
+            "must name an environment variable such as SLACK_WEBHOOK_OPS (upper case, digits, "
+            "underscores); the webhook URL is a secret and belongs in rolloutd's environment"
+        )
+    return value
+
+
+class AlertChannel(_Spec):
+    """A Slack incoming webhook, named by the environment variable that holds its URL.
+
+    The URL is a secret, so a plan (stored in the database, printed by ``rolloutctl``)
+    only names the variable; the daemon reads it from its environment or env file.
+    """
+
+    webhook_env: Annotated[str, AfterValidator(_environment_variable)]
+    min_severity: AlertSeverity = "info"
+
+
+class AlertRoute(_Spec):
+    """Where one topic goes, and at which severity (default: the daemon's own choice)."""
+
+    channels: list[Name] = Field(min_length=1)
+    severity: AlertSeverity | None = None
+
+
+class Alerts(_Spec):
+    """Slack channels, which topics go where, and where to link the evidence.
+
+    Topics without a route go to ``default``. ``prometheus_url`` is the base of the
+    graph links in a message; without it, a plan on a Prometheus source links there.
+    """
+
+    channels: dict[Name, AlertChannel] = Field(min_length=1)
+    default: list[Name] = Field(default_factory=list)
+    routes: dict[AlertTopic, AlertRoute] = Field(default_factory=dict)
+    prometheus_url: str | None = Field(default=None, pattern=r"^https?://\S+$")
+
+    @model_validator(mode="after")
+    def _routes_name_channels(self) -> Self:
+        named = [("default", c) for c in self.default]
+        named += [(f"routes.{t}.channels", c) for t, r in self.routes.items() for c in r.channels]
+        for where, channel in named:
+            if channel not in self.channels:
+                defined = ", ".join(sorted(self.channels))
+                raise ValueError(
+                    f"{where}: channel {channel!r} is not one of alerts.channels ({defined})"
+                )
+        return self
+
+
 # --- the plan -----------------------------------------------------------------------------
 
 
@@ -412,6 +620,8 @@ class Plan(_Spec):
     gates: dict[Name, GateSpec] = Field(default_factory=dict)
     steps: list[Step] = Field(min_length=1)
     rollback: Rollback = Rollback()
+    alerts: Alerts | None = None
+    executor: ExecutorSpec = NoExecutor()
 
     def step_weight(self, index: int) -> int:
         """The canary weight in force at step ``index`` (a pause keeps the one before it)."""
@@ -469,7 +679,30 @@ def plan_problems(plan: Plan) -> list[tuple[str, str]]:
         *_metrics_source(plan),
         *_mirroring(plan),
         *_capacity(plan),
+        *_gates_without_traffic(plan),
     ]
+
+
+def _gates_without_traffic(plan: Plan) -> list[tuple[str, str]]:
+    """Step gates that need live requests from a pool that serves none at their step: they
+    could never pass, so the step could never complete. (Triggers are fine: they are not
+    judged where they do not apply.)"""
+    problems = []
+    for i, step in enumerate(plan.steps):
+        weight, mirrored = plan.step_weight(i), plan.step_mirrors(i)
+        idle = "canary" if weight == 0 and not mirrored else "stable" if weight == 100 else None
+        for j, name in enumerate(step.gates):
+            gate = plan.gates.get(name)
+            if gate is None or idle not in gate.live_pools():
+                continue
+            why = (
+                "the canary serves no live requests at 0% without mirroring (judge it there "
+                "with a suite gate, or mirror traffic with the nginx driver)"
+                if idle == "canary"
+                else "stable serves no live requests at 100% to compare with"
+            )
+            problems.append((f"steps[{i}].gates[{j}]", f"gate {name!r} cannot apply here: {why}"))
+    return problems
 
 
 def _capacity(plan: Plan) -> list[tuple[str, str]]:
@@ -501,6 +734,14 @@ def _metrics_source(plan: Plan) -> list[tuple[str, str]]:
     if metrics.source == "prometheus" and not metrics.url:
         return [
             ("metrics.url", "required when source is 'prometheus' (e.g. http://prometheus:9090)")
+        ]
+    if metrics.source == "prometheus" and not metrics.templates:
+        return [
+            (
+                "metrics.templates",
+                "required when source is 'prometheus': a template file name in gates/ "
+                "(vllm, triton-trtllm) or a path to one",
+            )
         ]
     if metrics.source == "file" and not metrics.path:
         return [("metrics.path", "required when source is 'file' (a JSON file of signal values)")]

@@ -12,22 +12,24 @@ process or another leader) performs whatever is still pending.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Mapping
+from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
-from typing import Any
+from typing import Any, Literal
 
 import structlog
 from sqlalchemy.orm import Session, sessionmaker
 
 from rolloutd.actions import Command, GateResult, Observed, Verdict
-from rolloutd.analysis.base import Evaluation, Judging, MetricsSource, Role
+from rolloutd.alerts.enqueue import enqueue_rollout_alert
+from rolloutd.analysis.base import Evaluation, FinalWindow, Judging, MetricsSource, Role
 from rolloutd.analysis.gates import evaluate_gate
 from rolloutd.drivers import Drivers
-from rolloutd.errors import PermanentError, RolloutdError, TemporaryError
+from rolloutd.errors import NotFound, PermanentError, RolloutdError, TemporaryError
 from rolloutd.machine import Decision, decide
 from rolloutd.operations import plan_of
-from rolloutd.plan import Plan
+from rolloutd.plan import Plan, SuiteGate
 from rolloutd.progress import Progress, State
 from rolloutd.routers.base import Router, RouterState
 from rolloutd.store import queries
@@ -40,6 +42,8 @@ log = structlog.get_logger("rolloutd.reconcile")
 
 # An action is alerted as stuck after this many failed attempts (it keeps being retried).
 STUCK_AFTER_ATTEMPTS = 3
+RETRY_BASE = timedelta(seconds=2)
+RETRY_MAX = timedelta(minutes=5)
 # Writes and side effects need the lease to outlive them by this much (at most; the daemon
 # uses a quarter of a shorter lease).
 LEASE_MARGIN = timedelta(seconds=2)
@@ -82,6 +86,8 @@ class Reconciler:
         self.lease = lease
         self.instance = instance
         self.actor = f"rolloutd@{instance}"
+        self._suite_executor: ThreadPoolExecutor | None = None
+        self._suite_runs: dict[tuple[int, str], Future[None]] = {}
 
     # -- the tick ---------------------------------------------------------------------------
 
@@ -101,7 +107,7 @@ class Reconciler:
             pending = [_Pending.of(a) for a in queries.pending_actions(session, rollout_id)]
         router = self._router(rollout_id, plan)
         # Replay first: an ended rollout may still owe its final alert after a crash.
-        performed = self._perform_all(rollout_id, router, pending, bound)
+        performed = self._perform_all(rollout_id, plan, router, pending, bound)
         if progress.ended is not None:
             return TickResult(rollout_id, State(progress.ended), performed, None)
         observed_state, preflight_error = self._observe(rollout_id, plan, progress, router, bound)
@@ -109,7 +115,7 @@ class Reconciler:
         decision, new_actions = self._decide(
             rollout_id, plan, held, now, evaluations, observed_state, preflight_error
         )
-        performed += self._perform_all(rollout_id, router, new_actions, bound)
+        performed += self._perform_all(rollout_id, plan, router, new_actions, bound)
         if decision.events:
             bound.info("tick", state=decision.state.value, events=[e.kind for e in decision.events])
         return TickResult(rollout_id, decision.state, performed, decision)
@@ -214,6 +220,9 @@ class Reconciler:
             at_step = queries.latest_evaluations(
                 session, rollout_id, step_index=progress.step_index
             )
+            rows = queries.list_steps(session, rollout_id)
+            verified = {row.step_index: row.verified_at for row in rows}
+            completed = {row.step_index: row.completed_at for row in rows}
         due: list[tuple[str, Role]] = [(g, "trigger") for g in plan.rollback.triggers]
         for gate in plan.gates_of(progress.step_index):
             last = at_step.get(gate)
@@ -223,20 +232,143 @@ class Reconciler:
                 due.append((gate, "step"))
         if not due:
             return []
+        suites = [(g, r) for g, r in due if isinstance(plan.gates[g], SuiteGate)]
+        due = [(g, r) for g, r in due if not isinstance(plan.gates[g], SuiteGate)]
+        judged = [self._suite(rollout_id, plan, progress, g, r, now) for g, r in suites]
+        if not due:
+            return judged
         try:
             source: MetricsSource | None = self.drivers.metrics(rollout_id, plan)
         except PermanentError as exc:
             reason = str(exc)
             source = None
         if source is None:
-            return [Evaluation(g, r, Verdict.INCONCLUSIVE, now, reason=reason) for g, r in due]
-        return [
+            failed = [Evaluation(g, r, Verdict.INCONCLUSIVE, now, reason=reason) for g, r in due]
+            return judged + failed
+        source = self._with_suite_counts(source, rollout_id, progress)
+        weight = plan.step_weight(progress.step_index)
+        mirrored = plan.step_mirrors(progress.step_index)
+        return judged + [
             evaluate_gate(
                 plan.gates[gate],
-                Judging(gate, role, source, now, plan, progress.step_verified_at),
+                Judging(
+                    gate,
+                    role,
+                    source,
+                    now,
+                    plan,
+                    progress.step_verified_at,
+                    weight=weight,
+                    mirrored=mirrored,
+                    final=_final_window(plan, gate, progress, verified, now)
+                    if role == "step"
+                    else None,
+                    earlier=_earlier_windows(plan, gate, role, progress, verified, completed),
+                ),
             )
             for gate, role in due
         ]
+
+    # -- the tool-argument suite ------------------------------------------------------------
+
+    def _suite(
+        self, rollout_id: int, plan: Plan, progress: Progress, gate: str, role: Role, now: datetime
+    ) -> Evaluation:
+        """Judge a suite gate on its stored runs; start a run in the background when one is
+        due (at the step's entry, then every ``every``). A run takes minutes against a real
+        engine, so the tick never waits for it: the tick after it finishes judges it."""
+        from rolloutd.evaluation import records
+        from rolloutd.evaluation.gate import suite_due
+        from rolloutd.evaluation.schedule import judge_stored
+
+        spec = plan.gates[gate]
+        assert isinstance(spec, SuiteGate)
+        step = progress.step_index
+        with self._read() as session:
+            ran_at = records.last_run_at(session, rollout_id=rollout_id, gate=gate, step_index=step)
+            evaluation = judge_stored(
+                session, spec=spec, name=gate, role=role, rollout_id=rollout_id, now=now
+            )
+        running = self._suite_runs.get((rollout_id, gate))
+        if running is not None and running.done():
+            del self._suite_runs[(rollout_id, gate)]
+            running = None
+        if running is None and suite_due(
+            spec, last_run_at=ran_at, step_entered_at=progress.step_entered_at, now=now
+        ):
+            self._suite_runs[(rollout_id, gate)] = self._suite_pool().submit(
+                self._run_suite, rollout_id, plan, spec, gate, role, step, now
+            )
+            running = self._suite_runs[(rollout_id, gate)]
+        if ran_at is None and spec.at_entry:
+            # Judge this step on this step's run, not an earlier step's.
+            reason = "the suite is running" if running is not None else "the suite has not run"
+            return replace(
+                evaluation,
+                verdict=Verdict.PENDING,
+                reason=f"{reason} in this step yet",
+                evaluated_at=now,
+            )
+        return evaluation
+
+    def _run_suite(
+        self,
+        rollout_id: int,
+        plan: Plan,
+        spec: SuiteGate,
+        gate: str,
+        role: Role,
+        step: int,
+        now: datetime,
+    ) -> None:
+        from rolloutd.evaluation.runner import RunnerOptions
+        from rolloutd.evaluation.schedule import run_suite_for_gate
+
+        # The simulated fleet reads the expected call to know which answer to perturb.
+        simulated = plan.metrics.source == "simulator"
+        options = RunnerOptions(concurrency=spec.concurrency, send_expected=simulated)
+        try:
+            result = run_suite_for_gate(
+                self.sessions,
+                plan=plan,
+                spec=spec,
+                name=gate,
+                role=role,
+                rollout_id=rollout_id,
+                step_index=step,
+                now=now,
+                options=options,
+            )
+            log.info("suite run", rollout=rollout_id, gate=gate, verdict=result.verdict.value)
+        except Exception as exc:  # a background thread: report, never die silently
+            log.error("suite run failed", rollout=rollout_id, gate=gate, error=str(exc))
+
+    def _suite_pool(self) -> ThreadPoolExecutor:
+        if self._suite_executor is None:
+            self._suite_executor = ThreadPoolExecutor(max_workers=2, thread_name_prefix="suite")
+        return self._suite_executor
+
+    def close(self) -> None:
+        """Stop starting suite runs; runs in flight are abandoned (their rows stay unwritten)."""
+        if self._suite_executor is not None:
+            self._suite_executor.shutdown(wait=False, cancel_futures=True)
+            self._suite_executor = None
+
+    def _with_suite_counts(
+        self, source: MetricsSource, rollout_id: int, progress: Progress
+    ) -> MetricsSource:
+        """The schema signals count the suite's tool calls beside the live ones."""
+        from rolloutd.evaluation import records
+        from rolloutd.evaluation.source import SuiteFedSource
+
+        since = progress.step_entered_at
+
+        def counts(pool: str) -> tuple[int, int, int | None]:
+            role: Literal["canary", "baseline"] = "canary" if pool == "canary" else "baseline"
+            with self._read() as session:
+                return records.schema_counts(session, rollout_id=rollout_id, role=role, since=since)
+
+        return SuiteFedSource(source, counts)
 
     # -- deciding and writing ---------------------------------------------------------------
 
@@ -309,18 +441,30 @@ class Reconciler:
     # -- performing actions -----------------------------------------------------------------
 
     def _perform_all(
-        self, rollout_id: int, router: Router | None, actions: list[_Pending], bound: Any
+        self,
+        rollout_id: int,
+        plan: Plan,
+        router: Router | None,
+        actions: list[_Pending],
+        bound: Any,
     ) -> int:
         done = 0
         for action in actions:
+            if action.retry_at is not None and self.wall() < action.retry_at:
+                continue  # backing off after a failure
             now = self.clock()
             held = self._held()
             try:
-                self._perform(rollout_id, router, action, now)
+                if action.kind in ("deploy", "verify"):
+                    self._deploy(rollout_id, plan, action, held, now)
+                else:
+                    self._perform(rollout_id, router, action, now)
             except (RolloutdError, ValueError) as exc:
                 self._failed(rollout_id, action, held, now, str(exc), bound)
                 continue
             with self._write(held) as session:
+                if action.kind == "alert":
+                    self._alert(session, rollout_id, action)
                 queries.finish_action(session, action.id, status="done", now=self.clock())
             done += 1
         return done
@@ -338,16 +482,90 @@ class Reconciler:
                     f"router reads {state.weight}% after setting {action.payload['weight']}%"
                 )
         elif action.kind == "alert":
-            self._alert(rollout_id, action, now)
+            pass  # an alert is written to the outbox in the transaction that marks it done
         else:
             raise PermanentError(f"unknown action kind {action.kind!r}")
 
-    def _alert(self, rollout_id: int, action: _Pending, now: datetime) -> None:
-        payload = action.payload
-        level = {"critical": "error", "warning": "warning"}.get(payload.get("severity", ""), "info")
-        getattr(log, level)(
-            "alert", rollout=rollout_id, topic=payload.get("topic"), text=payload.get("text")
+    def _deploy(
+        self, rollout_id: int, plan: Plan, action: _Pending, held: Held, now: datetime
+    ) -> None:
+        """Redeploy a pinned set on a replica, or verify that it runs there (health and
+        digests), recording what happened; a failure raises and is retried with backoff."""
+        from rolloutd.deploy.catalog import get_set
+        from rolloutd.deploy.drills import record_deploy
+        from rolloutd.deploy.executors import build_executor
+
+        name, set_name = str(action.payload["replica"]), str(action.payload["artefacts"])
+        replicas = {r.name: r for r in (*plan.pools.canary.replicas, *plan.pools.stable.replicas)}
+        if name not in replicas:
+            raise PermanentError(f"the plan has no replica {name!r}")
+        with self._read() as session:
+            try:
+                pinned = get_set(session, set_name)
+            except NotFound as exc:
+                raise TemporaryError(str(exc)) from None
+        executor = build_executor(plan)
+        if action.kind == "deploy":
+            result = executor.deploy(replicas[name], pinned)
+            with self._write(held) as session:
+                record_deploy(session, result, step="rollback", rollout_id=rollout_id, now=now)
+                if result.ok:
+                    what = "redeployed" if result.changed else "already runs"
+                    detail = f"{name} {what} the pinned set {set_name} ({pinned.digest[:12]})"
+                    self._event(session, rollout_id, "artefacts_deployed", detail, action, now)
+            if not result.ok:
+                raise TemporaryError(f"deploying {set_name} on {name} failed: {result.reason}")
+            return
+        verification = executor.verify(replicas[name], pinned)
+        if not verification.ok:
+            raise TemporaryError(f"{name} is not verified on {set_name}: {verification.reason}")
+        with self._write(held) as session:
+            detail = (
+                f"{name} is healthy and serves the pinned set {set_name} ({pinned.digest[:12]})"
+            )
+            self._event(session, rollout_id, "replica_verified", detail, action, now)
+
+    def _event(
+        self,
+        session: Session,
+        rollout_id: int,
+        kind: str,
+        detail: str,
+        action: _Pending,
+        now: datetime,
+    ) -> None:
+        queries.append_event(
+            session,
+            rollout_id=rollout_id,
+            kind=kind,
+            actor=self.actor,
+            detail=detail,
+            now=now,
+            dedup_key=f"{action.key}/{kind}",
+            data=dict(action.payload),
         )
+
+    def _alert(self, session: Session, rollout_id: int, action: _Pending) -> None:
+        """Queue the alert's Slack messages in ``session``, which also marks the action done.
+
+        One transaction: a crash leaves either both (the sender delivers) or neither (the
+        replay queues them again, under the same keys). Outbox times are wall-clock times:
+        the sender paces and retries in real seconds even when rollout time is scaled.
+        """
+        payload = dict(action.payload)
+        topic, severity, text = payload.pop("topic"), payload.pop("severity"), payload.pop("text")
+        queued = enqueue_rollout_alert(
+            session,
+            queries.get_rollout(session, rollout_id),
+            key=action.key,
+            topic=str(topic),
+            severity=str(severity),
+            text=str(text),
+            data=payload,
+            now=self.wall(),
+        )
+        level = {"critical": "error", "warning": "warning"}.get(str(severity), "info")
+        getattr(log, level)("alert", rollout=rollout_id, topic=topic, text=text, queued=queued)
 
     def _failed(
         self,
@@ -359,8 +577,12 @@ class Reconciler:
         bound: Any,
     ) -> None:
         bound.warning("action failed", key=action.key, attempt=action.attempts + 1, error=error)
+        retry_at = None
+        if action.kind in ("deploy", "verify"):
+            # Redeploys and health checks are slow and hit engines: back off, up to 5 min.
+            retry_at = self.wall() + min(RETRY_BASE * 2**action.attempts, RETRY_MAX)
         with self._write(held) as session:
-            queries.bump_action_attempt(session, action.id, error=error)
+            queries.bump_action_attempt(session, action.id, error=error, retry_at=retry_at)
             queries.append_event(
                 session,
                 rollout_id=rollout_id,
@@ -398,10 +620,64 @@ class _Pending:
     kind: str
     payload: dict[str, Any]
     attempts: int
+    retry_at: datetime | None = None
 
     @classmethod
     def of(cls, row: Action) -> _Pending:
-        return cls(row.id, row.key, row.kind, dict(row.payload), row.attempts)
+        return cls(row.id, row.key, row.kind, dict(row.payload), row.attempts, row.next_attempt_at)
+
+
+def _earlier_windows(
+    plan: Plan,
+    gate: str,
+    role: Role,
+    progress: Progress,
+    verified: dict[int, datetime | None],
+    completed: dict[int, datetime | None],
+) -> tuple[tuple[datetime, datetime], ...]:
+    """The (verified, completed) windows of the steps before this one that judged ``gate``
+    (a trigger judges every step) while both pools served traffic."""
+    windows = []
+    for i in range(progress.step_index):
+        if role == "step" and gate not in plan.steps[i].gates:
+            continue
+        weight = plan.step_weight(i)
+        if weight >= 100 or (weight == 0 and not plan.step_mirrors(i)):
+            continue
+        start, end = verified.get(i), completed.get(i)
+        if start is not None and end is not None and end > start:
+            windows.append((start, end))
+    return tuple(windows)
+
+
+def _final_window(
+    plan: Plan,
+    gate: str,
+    progress: Progress,
+    verified: dict[int, datetime | None],
+    now: datetime,
+) -> FinalWindow | None:
+    """Where a gate's final look looks, if this is the last step that carries the gate.
+
+    It starts when the first step carrying the gate was verified on the router and ends
+    where this step's bake clock reached the bake (paused time excluded); ``end`` is None
+    until then. The end is fixed once passed, so every later look sees the same data.
+    """
+    carrying = [i for i, step in enumerate(plan.steps) if gate in step.gates]
+    if not carrying or carrying[-1] != progress.step_index:
+        return None
+    start = verified.get(carrying[0]) or progress.step_verified_at
+    if start is None:
+        return None
+    hold = plan.steps[progress.step_index].hold_for().total_seconds()
+    baked = progress.baked(now).total_seconds()
+    if baked < hold:
+        return FinalWindow(start, None)
+    if progress.bake_mark is not None and progress.baked_seconds <= hold:
+        return FinalWindow(
+            start, progress.bake_mark + timedelta(seconds=hold - progress.baked_seconds)
+        )
+    return FinalWindow(start, now - timedelta(seconds=baked - hold))
 
 
 def _command(row: Any) -> Command:

@@ -10,10 +10,14 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import pytest
+from sqlalchemy import select
 
 from rolloutd.ctl import main
 from rolloutd.progress import Progress
 from rolloutd.store import queries
+from rolloutd.store.models import Action
+from tests.deploy.helpers import pin_and_drill
+from tests.plans import example_plan
 
 if TYPE_CHECKING:
     from conftest import StoreHandle
@@ -42,13 +46,22 @@ class Ctl:
 
 
 @pytest.fixture
-def ctl(
+def bare_ctl(
     store: StoreHandle, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> Ctl:
-    """rolloutctl pointed at a fresh, migrated database."""
+    """rolloutctl pointed at a fresh, migrated database with nothing in it."""
     monkeypatch.setenv("ROLLOUTD_DATABASE_URL", store.url)
     monkeypatch.setenv("ROLLOUTD_ENV_FILE", "/nonexistent")
     return Ctl(capsys)
+
+
+@pytest.fixture
+def ctl(bare_ctl: Ctl, store: StoreHandle, tmp_path: Path) -> Ctl:
+    """rolloutctl on a database where the example plan may start: its artefact sets are
+    pinned and a staging drill of the pair passed."""
+    with store.sessions.begin() as session:
+        pin_and_drill(session, example_plan(), tmp_path / "artefacts")
+    return bare_ctl
 
 
 def _set_progress(store: StoreHandle, rollout_id: int, progress: Progress, state: str) -> None:
@@ -355,3 +368,60 @@ def test_rolloutctl_does_not_import_what_only_the_daemon_needs(store: StoreHandl
         check=False,
     )
     assert result.stderr.strip().splitlines()[-1] == "0 []"
+
+
+# --- admission: pinned artefacts and the staging drill ------------------------------------
+
+
+def test_a_production_start_without_a_passed_drill_is_refused(
+    bare_ctl: Ctl, store: StoreHandle, tmp_path: Path
+) -> None:
+    """Pinned sets but a failed drill: refused (exit 3) with the pair and the way out."""
+    with store.sessions.begin() as session:
+        pin_and_drill(session, example_plan(), tmp_path, drill="failed")
+    code, _, err = bare_ctl("start", str(EXAMPLE))
+    assert code == 3
+    assert "no passed staging drill for artefact sets atlas-70b-fp8-msl32768" in err
+    assert "did not pass: drill failed" in err and "--skip-drill --reason" in err
+    assert bare_ctl.json("list", "-o", "json") == []
+
+
+def test_skip_drill_starts_and_is_audited_and_alerted(
+    bare_ctl: Ctl, store: StoreHandle, tmp_path: Path
+) -> None:
+    """--skip-drill needs a reason; with one, the rollout starts, the audit log says who
+    and why, and a skip_drill alert is queued for the daemon."""
+    with store.sessions.begin() as session:
+        pin_and_drill(session, example_plan(), tmp_path, drill=None)
+    code, _, err = bare_ctl("start", str(EXAMPLE), "--skip-drill")
+    assert code == 2 and "--reason: required with --skip-drill" in err
+    rollout_id = bare_ctl.json(
+        "start", str(EXAMPLE), "--skip-drill", "--reason", "INC-42 hotfix", "-o", "json"
+    )["id"]
+    history = bare_ctl.json("history", str(rollout_id), "-o", "json")
+    skipped = [e for e in history if e["kind"] == "drill_skipped"]
+    assert len(skipped) == 1 and "INC-42 hotfix" in skipped[0]["detail"]
+    with store.sessions.begin() as session:
+        alert = session.scalars(
+            select(Action).where(Action.rollout_id == rollout_id, Action.key == "alert/skip_drill")
+        ).one()
+    assert alert.payload["topic"] == "skip_drill" and alert.status == "pending"
+
+
+def test_an_unpinned_set_or_changed_files_refuse_the_start(
+    bare_ctl: Ctl, store: StoreHandle, tmp_path: Path
+) -> None:
+    """No pinned sets: refused naming the field and the pin command. A file edited after
+    pinning: refused naming the set and the file; nothing is created either time."""
+    code, _, err = bare_ctl("start", str(EXAMPLE))
+    assert code == 3
+    assert "artefacts.stable: artefact set 'atlas-70b-fp8-msl32768' is not pinned" in err
+    assert "rolloutctl artefact pin" in err
+    with store.sessions.begin() as session:
+        _, canary = pin_and_drill(session, example_plan(), tmp_path)
+    (Path(canary.root) / "rank0.engine").write_bytes(b"tampered")
+    code, _, err = bare_ctl("start", str(EXAMPLE))
+    assert code == 3
+    assert "'atlas-70b-fp8-msl8192' no longer matches its digests" in err
+    assert "rank0.engine" in err
+    assert bare_ctl.json("list", "-o", "json") == []

@@ -85,8 +85,11 @@ def finish_action(
     session.flush()
 
 
-def bump_action_attempt(session: Session, action_id: int, *, error: str) -> None:
-    """Count one more failed attempt at a still-pending action, keeping the newest error.
+def bump_action_attempt(
+    session: Session, action_id: int, *, error: str, retry_at: datetime | None = None
+) -> None:
+    """Count one more failed attempt at a still-pending action, keeping the newest error;
+    ``retry_at`` (wall clock) holds the next attempt back until then.
 
     :raises NotFound: when there is no such action.
     """
@@ -95,7 +98,7 @@ def bump_action_attempt(session: Session, action_id: int, *, error: str) -> None
         session.execute(
             update(Action)
             .where(Action.id == action_id)
-            .values(attempts=Action.attempts + 1, last_error=error)
+            .values(attempts=Action.attempts + 1, last_error=error, next_attempt_at=retry_at)
         ),
     )
     if result.rowcount != 1:

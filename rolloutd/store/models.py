@@ -208,6 +208,8 @@ class Action(Base):
     last_error: Mapped[str | None] = mapped_column(Text)
     created_at: Mapped[datetime] = mapped_column(UTCDateTime)
     done_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
+    next_attempt_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
+    """After a failed attempt: not before this wall-clock time (exponential backoff)."""
 
 
 class ArtefactSet(Base):
@@ -243,3 +245,8 @@ class Lease(Base):
     epoch: Mapped[int] = mapped_column(Integer)
     expires_at: Mapped[datetime] = mapped_column(UTCDateTime)
     renewed_at: Mapped[datetime] = mapped_column(UTCDateTime)
+
+
+# The tables of the suite runner, the deploy executors and the alert outbox live in modules of
+# their own; importing them here puts them on ``Base.metadata`` for migrations and drift checks.
+from rolloutd.store import artefact_models, outbox_models, suite_models  # noqa: E402, F401

@@ -18,6 +18,9 @@ from typing import TYPE_CHECKING, Any
 import psycopg
 import pytest
 
+from rolloutd.planfile import load_plan
+from tests.deploy.helpers import pin_and_drill
+
 from .helpers import (
     FULL,
     PAUSE,
@@ -102,6 +105,8 @@ def test_a_command_takes_effect_in_seconds_although_the_next_tick_is_a_minute_aw
     workspace.write_plan(
         [canary(5, "1h", gates=()), PAUSE, FULL], interval="60s", trigger_interval="60s"
     )
+    with db.session() as session:  # rolloutctl start needs the plan's sets pinned
+        pin_and_drill(session, load_plan(workspace.plan_path).plan, tmp_path / "sets", drill=None)
     rollout = rolloutctl(db.url, "start", str(workspace.plan_path))["id"]
     # The leader ticks a new rollout once when it finds it; after that, only every 60 s.
     wait_until(lambda: db.state(rollout) == "running", 10, "the rollout to start")
