@@ -2,20 +2,19 @@
 
 from __future__ import annotations
 
-import json
 import subprocess
 import sys
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import pytest
 from sqlalchemy import select
 
-from rolloutd.ctl import main
 from rolloutd.progress import Progress
 from rolloutd.store import queries
 from rolloutd.store.models import Action
+from tests.cli import Ctl
 from tests.deploy.helpers import pin_and_drill
 from tests.plans import example_plan
 
@@ -23,26 +22,6 @@ if TYPE_CHECKING:
     from conftest import StoreHandle
 
 EXAMPLE = Path(__file__).resolve().parents[1] / "config" / "plans" / "atlas-70b-maxseq8192.yaml"
-
-
-class Ctl:
-    """Runs rolloutctl in-process against one database and captures what it prints."""
-
-    def __init__(self, capsys: pytest.CaptureFixture[str]) -> None:
-        self.capsys = capsys
-
-    def __call__(self, *argv: str) -> tuple[int, str, str]:
-        self.capsys.readouterr()
-        with pytest.raises(SystemExit) as exited:
-            main(list(argv))
-        out, err = self.capsys.readouterr()
-        assert "Traceback" not in out + err
-        return int(exited.value.code or 0), out, err
-
-    def json(self, *argv: str) -> Any:
-        code, out, err = self(*argv, "--output", "json")
-        assert code == 0, err
-        return json.loads(out)
 
 
 @pytest.fixture

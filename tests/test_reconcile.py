@@ -12,15 +12,14 @@ import pytest
 import yaml
 
 from rolloutd.actions import CommandKind
-from rolloutd.analysis.base import MetricsSource
 from rolloutd.analysis.sources import MemoryMetrics
 from rolloutd.errors import PermanentError, TemporaryError
 from rolloutd.operations import start_rollout, submit_command
-from rolloutd.plan import Plan
 from rolloutd.planfile import parse_plan
 from rolloutd.reconcile import STUCK_AFTER_ATTEMPTS, NotLeading, Reconciler
 from rolloutd.routers.base import MemoryRouter, Router, RouterState
 from rolloutd.store import lease, queries
+from tests.twins import Clock, Twins
 
 if TYPE_CHECKING:
     from conftest import StoreHandle
@@ -60,39 +59,12 @@ PLAN = {
 }
 
 
-class Clock:
-    """A clock that moves only when told to."""
-
-    def __init__(self) -> None:
-        self.now = T0
-
-    def __call__(self) -> datetime:
-        return self.now
-
-    def advance(self, **delta: float) -> None:
-        self.now += timedelta(**delta)
-
-
-class Twins:
-    """Drivers that hand out the test's own router and metrics."""
-
-    def __init__(self, router: Router, metrics: MetricsSource) -> None:
-        self._router = router
-        self._metrics = metrics
-
-    def router(self, rollout_id: int, plan: Plan) -> Router:
-        return self._router
-
-    def metrics(self, rollout_id: int, plan: Plan) -> MetricsSource:
-        return self._metrics
-
-
 class Harness:
     """A leader (lease held in the database), a reconciler and one rollout."""
 
     def __init__(self, store: StoreHandle, router: Router | None = None) -> None:
         self.store = store
-        self.clock = Clock()
+        self.clock = Clock(T0)
         self.router = router or MemoryRouter()
         self.metrics = MemoryMetrics()
         self.metrics.set("queue_timeout_rate", "canary", 0.002, samples=500)

@@ -125,17 +125,8 @@ def enqueue_leadership_alert(
             if channel.webhook_env in seen:
                 continue
             seen.add(channel.webhook_env)
-            added += enqueue_message(
-                session,
-                key=f"leadership/epoch-{epoch}/{change}/{channel.webhook_env}",
-                rollout_id=None,
-                topic="leadership",
-                severity=routed_severity,
-                channel=name,
-                webhook_env=channel.webhook_env,
-                message=build_message(_with_severity(facts, routed_severity)),
-                now=now,
-            )
+            key = f"leadership/epoch-{epoch}/{change}/{channel.webhook_env}"
+            added += _enqueue_unbound(session, key, facts, name, channel, routed_severity, now)
     return added
 
 
@@ -157,20 +148,33 @@ def enqueue_plan_alert(
     if plan.alerts is None:
         return 0
     facts = AlertFacts(topic=topic, severity=severity, text=text)
-    added = 0
-    for name, channel, routed_severity in deliveries(plan.alerts, topic, severity):
-        added += enqueue_message(
-            session,
-            key=f"plan-{plan.name}/{key}/{name}",
-            rollout_id=None,
-            topic=topic,
-            severity=routed_severity,
-            channel=name,
-            webhook_env=channel.webhook_env,
-            message=build_message(_with_severity(facts, routed_severity)),
-            now=now,
-        )
-    return added
+    return sum(
+        _enqueue_unbound(session, f"plan-{plan.name}/{key}/{name}", facts, name, channel, sev, now)
+        for name, channel, sev in deliveries(plan.alerts, topic, severity)
+    )
+
+
+def _enqueue_unbound(
+    session: Session,
+    key: str,
+    facts: AlertFacts,
+    name: str,
+    channel: AlertChannel,
+    severity: str,
+    now: datetime,
+) -> int:
+    """One message of an alert that belongs to no rollout, to one channel."""
+    return enqueue_message(
+        session,
+        key=key,
+        rollout_id=None,
+        topic=facts.topic,
+        severity=severity,
+        channel=name,
+        webhook_env=channel.webhook_env,
+        message=build_message(_with_severity(facts, severity)),
+        now=now,
+    )
 
 
 def _facts(

@@ -30,7 +30,7 @@ import json
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any, Literal, get_args
 
 from jsonschema import Draft202012Validator
 
@@ -46,16 +46,8 @@ CaseOutcome = Literal[
     "no_call",
     "request_error",
 ]
-FIELD_OUTCOMES: tuple[FieldOutcome, ...] = ("correct", "format", "wrong_value", "missing", "extra")
-CASE_OUTCOMES: tuple[CaseOutcome, ...] = (
-    "correct",
-    "format",
-    "wrong_value",
-    "schema_violation",
-    "wrong_tool",
-    "no_call",
-    "request_error",
-)
+FIELD_OUTCOMES: tuple[FieldOutcome, ...] = get_args(FieldOutcome)
+CASE_OUTCOMES: tuple[CaseOutcome, ...] = get_args(CaseOutcome)
 GOOD_FIELD: frozenset[str] = frozenset({"correct", "format"})
 
 _NUMBER = re.compile(

@@ -11,34 +11,14 @@ import pytest
 import yaml
 from sqlalchemy import select
 
-from rolloutd.ctl import main
 from rolloutd.sim.engine import Replica as SimReplica
 from rolloutd.store.outbox_models import OutboxMessage
+from tests.cli import Ctl
 
 from .helpers import CANARY_CONFIG, STABLE_CONFIG, model_tree, plan_yaml
 
 if TYPE_CHECKING:
     from conftest import StoreHandle
-
-
-class Ctl:
-    """Runs rolloutctl in-process and captures what it prints."""
-
-    def __init__(self, capsys: pytest.CaptureFixture[str]) -> None:
-        self.capsys = capsys
-
-    def __call__(self, *argv: str) -> tuple[int, str, str]:
-        self.capsys.readouterr()
-        with pytest.raises(SystemExit) as exited:
-            main(list(argv))
-        out, err = self.capsys.readouterr()
-        assert "Traceback" not in out + err
-        return int(exited.value.code or 0), out, err
-
-    def json(self, *argv: str) -> Any:
-        code, out, err = self(*argv, "--output", "json")
-        assert code == 0, err
-        return json.loads(out)
 
 
 @pytest.fixture

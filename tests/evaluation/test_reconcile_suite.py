@@ -24,6 +24,7 @@ from rolloutd.sim.profiles import Profile
 from rolloutd.store import lease, queries
 from rolloutd.store.models import GateEvaluation
 from rolloutd.store.suite_models import SuiteRun
+from tests.twins import Clock, Twins
 
 from .conftest import EXAMPLE, start
 
@@ -31,28 +32,6 @@ if TYPE_CHECKING:
     from conftest import StoreHandle
 
 T0 = datetime(2026, 3, 2, 9, 0, tzinfo=UTC)
-
-
-class Clock:
-    def __init__(self) -> None:
-        self.now = T0
-
-    def __call__(self) -> datetime:
-        return self.now
-
-
-class Twins:
-    """Drivers handing out one memory router and one memory metrics source."""
-
-    def __init__(self) -> None:
-        self._router = MemoryRouter()
-        self._metrics = MemoryMetrics()
-
-    def router(self, rollout_id: int, plan: Any) -> MemoryRouter:
-        return self._router
-
-    def metrics(self, rollout_id: int, plan: Any) -> MemoryMetrics:
-        return self._metrics
 
 
 def _plan(stable: Replica, canary: Replica) -> dict[str, Any]:
@@ -98,9 +77,9 @@ class Rollout:
         self.store = store
         self.stable = start("exact", pool="stable")
         self.canary = start(canary_profile)
-        self.clock = Clock()
-        twins = Twins()
-        self.metrics = twins._metrics
+        self.clock = Clock(T0)
+        self.metrics = MemoryMetrics()
+        twins = Twins(MemoryRouter(), self.metrics)
         with store.sessions.begin() as session:
             held = lease.acquire(session, holder="me", ttl=timedelta(days=400), now=self.clock())
         assert held is not None

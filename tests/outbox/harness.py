@@ -17,15 +17,14 @@ import yaml
 
 from rolloutd.alerts.sender import Sender
 from rolloutd.alerts.webhooks import Webhooks
-from rolloutd.analysis.base import MetricsSource
 from rolloutd.analysis.sources import MemoryMetrics
 from rolloutd.operations import start_rollout
-from rolloutd.plan import Plan
 from rolloutd.planfile import parse_plan
 from rolloutd.reconcile import Reconciler
-from rolloutd.routers.base import MemoryRouter, Router
+from rolloutd.routers.base import MemoryRouter
 from rolloutd.store import lease, queries
 from rolloutd.store.outbox import list_messages
+from tests.twins import Clock, Twins
 
 if TYPE_CHECKING:
     from conftest import StoreHandle
@@ -74,33 +73,6 @@ PLAN: dict[str, Any] = {
 }
 
 
-class Clock:
-    """A clock that moves only when told to."""
-
-    def __init__(self) -> None:
-        self.now = T0
-
-    def __call__(self) -> datetime:
-        return self.now
-
-    def advance(self, **delta: float) -> None:
-        self.now += timedelta(**delta)
-
-
-class Twins:
-    """Drivers that hand out the test's own router and metrics."""
-
-    def __init__(self, router: Router, metrics: MetricsSource) -> None:
-        self._router = router
-        self._metrics = metrics
-
-    def router(self, rollout_id: int, plan: Plan) -> Router:
-        return self._router
-
-    def metrics(self, rollout_id: int, plan: Plan) -> MetricsSource:
-        return self._metrics
-
-
 class Harness:
     """One rollout driven by a real reconciler, alerts delivered by a real sender."""
 
@@ -114,7 +86,7 @@ class Harness:
         client: httpx.Client | None = None,
     ) -> None:
         self.store = store
-        self.clock = Clock()
+        self.clock = Clock(T0)
         self.router = MemoryRouter()
         self.metrics = MemoryMetrics()
         self.healthy()
