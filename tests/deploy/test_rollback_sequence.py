@@ -38,6 +38,7 @@ if TYPE_CHECKING:
     from conftest import StoreHandle
 
 MODEL = "atlas-70b"
+pytestmark = [pytest.mark.postgres, pytest.mark.slow]
 
 # One tick of the reconciler in a child process; CRASH_KEY makes it SIGKILL itself while
 # marking that action done (its effect happened, its record did not).
@@ -176,8 +177,9 @@ class World:
 
 
 @pytest.fixture
-def world(store: StoreHandle, canary_replica: SimReplica, tmp_path: Path) -> World:
-    return World(store, canary_replica, tmp_path, pinned(tmp_path, "build-old", STABLE_CONFIG))
+def world(pg_store: StoreHandle, canary_replica: SimReplica, tmp_path: Path) -> World:
+    """The sequence on Postgres (child processes make it slow; SQLite adds nothing here)."""
+    return World(pg_store, canary_replica, tmp_path, pinned(tmp_path, "build-old", STABLE_CONFIG))
 
 
 def _started(world: World) -> None:
@@ -228,7 +230,7 @@ def test_a_kill_9_between_steps_resumes_where_it_stopped(world: World, crash_key
 
 
 def test_a_stable_set_that_will_not_come_up_keeps_the_rollout_rolling_back(
-    store: StoreHandle, canary_replica: SimReplica, tmp_path: Path
+    pg_store: StoreHandle, canary_replica: SimReplica, tmp_path: Path
 ) -> None:
     """A stable set whose config does not fit: every redeploy fails, is retried with
     backoff, the third failure alerts action_stuck, and the rollout never says rolled_back."""
@@ -238,6 +240,7 @@ def test_a_stable_set_that_will_not_come_up_keeps_the_rollout_rolling_back(
         "trtllm",
         {"max_seq_len": 32768, "kv_cache_free_gpu_mem_fraction": 0.3},
     )
+    store = pg_store
     world = World(store, canary_replica, tmp_path, oom)
     _started(world)
     for _ in range(4):

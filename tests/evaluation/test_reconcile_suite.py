@@ -32,6 +32,7 @@ if TYPE_CHECKING:
     from conftest import StoreHandle
 
 T0 = datetime(2026, 3, 2, 9, 0, tzinfo=UTC)
+pytestmark = [pytest.mark.postgres, pytest.mark.slow]
 
 
 def _plan(stable: Replica, canary: Replica) -> dict[str, Any]:
@@ -120,7 +121,9 @@ class Rollout:
 
 
 @pytest.fixture
-def rollout_of(store: StoreHandle) -> Any:
+def rollout_of(pg_store: StoreHandle) -> Any:
+    """Rollouts on Postgres (each runs the 300-case suite twice; SQLite adds nothing here)."""
+    store = pg_store
     opened: list[Rollout] = []
 
     def make(profile: Profile) -> Rollout:
