@@ -13,6 +13,7 @@ import json
 import subprocess
 import time
 import urllib.error
+import urllib.parse
 import urllib.request
 from pathlib import Path
 from typing import Any
@@ -39,6 +40,7 @@ class PrometheusService:
         *,
         replicas: list[ReplicaInfo],
         gateway_url: str,
+        daemon_port: int | None = None,
     ) -> None:
         self.directory = directory
         self.binary = binary
@@ -64,6 +66,14 @@ class PrometheusService:
                 },
             ],
         }
+        if daemon_port is not None:
+            # rolloutd's own /metrics (on its health port); it starts after Prometheus.
+            config["scrape_configs"].append(
+                {
+                    "job_name": "rolloutd",
+                    "static_configs": [{"targets": [f"127.0.0.1:{daemon_port}"]}],
+                }
+            )
         # JSON is YAML: no quoting surprises in label values or paths.
         self.config.write_text(json.dumps(config, indent=2))
         self.expected_targets = len(targets) + 1
@@ -100,7 +110,9 @@ class PrometheusService:
             if answer is None:
                 return False
             targets = json.loads(answer)["data"]["activeTargets"]
-            up = [t for t in targets if t["health"] == "up"]
+            up = [
+                t for t in targets if t["health"] == "up" and t["labels"].get("job") != "rolloutd"
+            ]
             return len(up) == self.expected_targets
 
         self._wait(all_up, timeout, f"{self.expected_targets} prometheus targets to be up")
@@ -116,6 +128,14 @@ class PrometheusService:
             self.process.kill()
             self.process.wait()
         self.process = None
+
+    def value(self, promql: str) -> float | None:
+        """The value of an instant query that answers one series (None: no answer)."""
+        answer = self._get("/api/v1/query?" + urllib.parse.urlencode({"query": promql}))
+        if answer is None:
+            return None
+        result = json.loads(answer)["data"]["result"]
+        return float(result[0]["value"][1]) if len(result) == 1 else None
 
     def _get(self, path: str) -> bytes | None:
         try:

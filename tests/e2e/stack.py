@@ -36,7 +36,7 @@ from rolloutd.sim.exposition import Flavor
 from rolloutd.store.db import make_engine, session_factory
 from tests.e2e.fleet_process import FleetProcess
 from tests.e2e.services import FleetHAProxy, PrometheusService
-from tests.routers.services import find_binary, which
+from tests.routers.services import find_binary, free_port, which
 
 CANARY = "gpu-d"
 
@@ -148,6 +148,7 @@ class Stack:
         self._daemon_thread: threading.Thread | None = None
         self.engine = make_engine(database_url)
         self.sessions = session_factory(self.engine)
+        self.daemon_port = free_port()  # /healthz and /metrics, scraped by Prometheus
 
     # -- lifecycle --------------------------------------------------------------------------
 
@@ -159,7 +160,11 @@ class Stack:
         self.haproxy = FleetHAProxy(self.dir, self.fleet.replicas, haproxy)
         self.haproxy.start()
         self.prometheus = PrometheusService(
-            self.dir, prometheus, replicas=self.fleet.replicas, gateway_url=self.fleet.gateway_url
+            self.dir,
+            prometheus,
+            replicas=self.fleet.replicas,
+            gateway_url=self.fleet.gateway_url,
+            daemon_port=self.daemon_port,
         )
         self.prometheus.start()
         self.fleet.start_traffic(self.haproxy.url)
@@ -174,7 +179,7 @@ class Stack:
     def start_daemon(self) -> Daemon:
         """The daemon in a thread, with the default drivers (real HAProxy, real Prometheus)."""
         settings = Settings(database_url=SecretStr(self.database_url), lease_ttl_seconds=10)
-        self.daemon = Daemon(settings, loop_seconds=0.2, health_port=0)
+        self.daemon = Daemon(settings, loop_seconds=0.2, health_port=self.daemon_port)
         self._daemon_thread = threading.Thread(target=self.daemon.run, name="e2e-rolloutd")
         self._daemon_thread.start()
         return self.daemon

@@ -26,6 +26,17 @@ def test_a_healthy_canary_reaches_100_percent(stack_for: StackFor) -> None:
     stack = stack_for("triton")
     rollout = stack.start_rollout(stack.plan("e2e-happy"))
     stack.wait_verified(rollout, 5)
+    # rolloutd's own /metrics, as the real Prometheus scraped it: leading, canary at 5%.
+    prometheus = stack.prometheus
+    assert prometheus is not None
+    wait_until(
+        lambda: (
+            prometheus.value(f'rolloutd_rollout_canary_weight_percent{{rollout="{rollout}"}}') == 5
+        ),
+        15,
+        "Prometheus to read the canary weight from rolloutd's /metrics",
+    )
+    assert prometheus.value('max(rolloutd_leader{job="rolloutd"})') == 1
     assert stack.wait_state(rollout, {"completed", "rolled_back", "paused"}, 90) == "completed"
     assert stack.weight() == 100
     kinds = stack.event_kinds(rollout)
