@@ -1,7 +1,7 @@
 """Tests for systemd/rolloutd.service: it parses cleanly, stays hardened and keeps its contract.
 
 ``systemd-analyze`` works offline (no running systemd needed). Where it is missing the tests that
-need it are skipped, except under CI, where a missing tool must not pass for a clean unit.
+need it fail: a missing tool must not pass for a clean unit.
 """
 
 from __future__ import annotations
@@ -17,6 +17,7 @@ import pytest
 
 from rolloutd import redact
 from rolloutd.settings import Settings, load_settings
+from tests.required import missing
 
 SYSTEMD_DIR = Path(__file__).resolve().parent.parent / "systemd"
 UNIT = SYSTEMD_DIR / "rolloutd.service"
@@ -29,13 +30,10 @@ PARSE_COMPLAINTS = ("Unknown key", "Unknown lvalue", "Unknown section", "Failed 
 
 
 def _need(program: str, remedy: str) -> str:
-    """The path of ``program``; fail under CI and skip elsewhere when it is missing."""
+    """The path of ``program``; a missing one fails the test (see ``tests.required``)."""
     path = shutil.which(program)
     if path is None:
-        message = f"{program} not found: {remedy}"
-        if os.environ.get("CI"):
-            pytest.fail(message)
-        pytest.skip(message)
+        missing(f"{program} not found", remedy)
     return path
 
 

@@ -20,6 +20,7 @@ import pytest
 
 from rolloutd.planfile import load_plan
 from tests.deploy.helpers import pin_and_drill
+from tests.required import missing
 
 from .helpers import (
     FULL,
@@ -139,18 +140,22 @@ def test_a_command_takes_effect_in_seconds_although_the_next_tick_is_a_minute_aw
 
 
 def local_cluster(db: Db) -> tuple[str, str]:
-    """The (version, name) of the local cluster serving the test database; skip if there is none."""
+    """The (version, name) of the local cluster serving the test database; the test fails
+    when there is none (see ``tests.required``)."""
     if shutil.which("pg_ctlcluster") is None or not Path("/etc/postgresql").is_dir():
-        message = "restarting Postgres needs a local cluster managed by pg_ctlcluster"
-        if os.environ.get("CI"):
-            pytest.fail(message)  # under CI a missing service fails, never skips
-        pytest.skip(message)
+        missing(
+            "restarting Postgres needs a local cluster managed by pg_ctlcluster",
+            "install postgresql (bash .ci/run does)",
+        )
     data_directory = db.scalar("SELECT current_setting('data_directory')")
     for version in sorted(os.listdir("/etc/postgresql")):
         for name in sorted(os.listdir(f"/etc/postgresql/{version}")):
             if Path(f"/var/lib/postgresql/{version}/{name}") == Path(data_directory):
                 return version, name
-    pytest.skip(f"the test database is not served by a local cluster ({data_directory})")
+    missing(
+        f"the test database is not served by a local cluster ({data_directory})",
+        "point ROLLOUTD_TEST_PG at the local server",
+    )
 
 
 def pg_ctlcluster(version: str, name: str, action: str) -> None:

@@ -2,7 +2,7 @@
 
 Every test gets its own fleet, HAProxy, Prometheus (fresh TSDB), traffic and daemon on a
 fresh Postgres database, and every one of them is stopped when the test ends. Without
-``prometheus`` or ``haproxy`` the tests skip, except under CI, where they fail.
+``prometheus`` or ``haproxy`` the tests fail, saying what to install.
 """
 
 from __future__ import annotations

@@ -23,12 +23,11 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from random import Random
 
-import pytest
-
 from rolloutd.routers.haproxy import HAProxyRouter
 from rolloutd.routers.nginx import NginxRouter
 from rolloutd.routers.nginx_conf import Names, Split, render
 from rolloutd.routers.nginx_process import children
+from tests.required import missing
 
 HEADER = "X-Session-Id"
 STABLE_SERVERS = ("gpu-a", "gpu-b", "gpu-c")
@@ -48,12 +47,10 @@ def which(name: str) -> str | None:
 
 
 def find_binary(name: str) -> str:
-    """The path of ``name``; a missing binary fails the test under CI and skips it elsewhere."""
+    """The path of ``name``; a missing binary fails the test (see ``tests.required``)."""
     path = which(name)
     if path is None:
-        if os.environ.get("CI"):
-            pytest.fail(f"install {name}: CI must run the router tests against it", pytrace=False)
-        pytest.skip(f"{name} is not installed")
+        missing(f"{name} is not installed", f"install {name} (bash .ci/run does)")
     return path
 
 

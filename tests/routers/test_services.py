@@ -16,11 +16,12 @@ def test_a_missing_binary_fails_the_test_under_ci(monkeypatch: pytest.MonkeyPatc
         find_binary("haproxy")
 
 
-def test_a_missing_binary_skips_the_test_elsewhere(monkeypatch: pytest.MonkeyPatch) -> None:
-    """On a developer machine without nginx the real-server tests are skipped."""
+def test_a_missing_binary_fails_the_test_without_ci_too(monkeypatch: pytest.MonkeyPatch) -> None:
+    """On a developer machine without nginx the real-server tests fail as well, saying how
+    to get it: a machine missing a service must never pass the suite."""
     monkeypatch.setattr(services, "which", lambda name: None)
     monkeypatch.delenv("CI", raising=False)
-    with pytest.raises(pytest.skip.Exception, match="nginx is not installed"):
+    with pytest.raises(pytest.fail.Exception, match="nginx is not installed: install nginx"):
         find_binary("nginx")
 
 
