@@ -87,13 +87,12 @@ class Alert:
 
 
 @dataclass(frozen=True)
-class Deploy:
-    """Put the pinned artefact set ``artefacts`` on ``replica`` (idempotent by design)."""
+class _OnReplica:
+    """An action on one replica with one pinned artefact set."""
 
     key: str
     replica: str
     artefacts: str
-    kind: Literal["deploy"] = "deploy"
 
     def payload(self) -> dict[str, Any]:
         """The action's arguments as stored in the intent log."""
@@ -101,17 +100,17 @@ class Deploy:
 
 
 @dataclass(frozen=True)
-class Verify:
+class Deploy(_OnReplica):
+    """Put the pinned artefact set ``artefacts`` on ``replica`` (idempotent by design)."""
+
+    kind: Literal["deploy"] = "deploy"
+
+
+@dataclass(frozen=True)
+class Verify(_OnReplica):
     """Check that ``replica`` is healthy and serves exactly the pinned set ``artefacts``."""
 
-    key: str
-    replica: str
-    artefacts: str
     kind: Literal["verify"] = "verify"
-
-    def payload(self) -> dict[str, Any]:
-        """The action's arguments as stored in the intent log."""
-        return {"replica": self.replica, "artefacts": self.artefacts}
 
 
 Action = SetWeight | Alert | Deploy | Verify

@@ -637,6 +637,14 @@ class Plan(_Spec):
                 return isinstance(step, ShadowStep) and step.mirror
         return False
 
+    def idle_pool(self, index: int) -> Literal["canary", "stable"] | None:
+        """The pool that serves no live requests at step ``index``: the canary at 0% without
+        mirroring, stable at 100%; a gate that needs that pool's traffic cannot apply there."""
+        weight = self.step_weight(index)
+        if weight == 0 and not self.step_mirrors(index):
+            return "canary"
+        return "stable" if weight == 100 else None
+
     def gates_of(self, index: int) -> tuple[str, ...]:
         """The gate names that must pass for step ``index`` to complete."""
         return tuple(self.steps[index].gates)
@@ -689,8 +697,7 @@ def _gates_without_traffic(plan: Plan) -> list[tuple[str, str]]:
     judged where they do not apply.)"""
     problems = []
     for i, step in enumerate(plan.steps):
-        weight, mirrored = plan.step_weight(i), plan.step_mirrors(i)
-        idle = "canary" if weight == 0 and not mirrored else "stable" if weight == 100 else None
+        idle = plan.idle_pool(i)
         for j, name in enumerate(step.gates):
             gate = plan.gates.get(name)
             if gate is None or idle not in gate.live_pools():

@@ -247,7 +247,6 @@ class Reconciler:
             return judged + failed
         source = self._with_suite_counts(source, rollout_id, progress)
         weight = plan.step_weight(progress.step_index)
-        mirrored = plan.step_mirrors(progress.step_index)
         return judged + [
             evaluate_gate(
                 plan.gates[gate],
@@ -259,7 +258,7 @@ class Reconciler:
                     plan,
                     progress.step_verified_at,
                     weight=weight,
-                    mirrored=mirrored,
+                    idle=plan.idle_pool(progress.step_index),
                     final=_final_window(plan, gate, progress, verified, now)
                     if role == "step"
                     else None,
@@ -641,8 +640,7 @@ def _earlier_windows(
     for i in range(progress.step_index):
         if role == "step" and gate not in plan.steps[i].gates:
             continue
-        weight = plan.step_weight(i)
-        if weight >= 100 or (weight == 0 and not plan.step_mirrors(i)):
+        if plan.idle_pool(i) is not None:
             continue
         start, end = verified.get(i), completed.get(i)
         if start is not None and end is not None and end > start:

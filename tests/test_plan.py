@@ -130,6 +130,8 @@ def test_a_pause_after_shadow_keeps_weight_zero_and_keeps_mirroring() -> None:
     assert plan.step_weight(1) == 0
     assert plan.step_mirrors(1) is True
     assert (plan.step_weight(2), plan.step_mirrors(2)) == (10, False)
+    # Mirrored at 0% the canary has traffic; at 10% neither pool is idle; at 100% stable is.
+    assert [plan.idle_pool(i) for i in (1, 2, 3)] == [None, None, "stable"]
 
 
 def test_gates_of_a_step_are_the_names_it_lists() -> None:

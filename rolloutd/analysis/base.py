@@ -96,26 +96,14 @@ class Judging:
     step_started_at: datetime | None = None
     weight: int | None = None
     """The canary weight in force (None: unknown, e.g. a test judging a gate on its own)."""
-    mirrored: bool = False
-    """Whether the canary gets copies of live requests at weight 0 (a mirrored shadow)."""
+    idle: Pool | None = None
+    """The pool that serves no live requests at this step (``Plan.idle_pool``): a gate that
+    needs its traffic does not apply, rather than waiting for data that cannot come."""
     final: FinalWindow | None = None
     """Set at the last step that carries this (step) gate: where its final look looks."""
     earlier: tuple[tuple[datetime, datetime], ...] = ()
     """(verified, completed) of the earlier steps this gate judged with traffic on both
     pools: a canary-vs-stable test carries their evidence into this step."""
-
-    def idle_pool(self) -> Pool | None:
-        """The pool that serves no live traffic at this step, if one does not.
-
-        At 0% without mirroring the canary sees no requests; at 100% stable sees none. A
-        gate that needs that pool's traffic does not apply here: judging it would only wait
-        for data that cannot come (or count missing data as inconclusive and pause).
-        """
-        if self.weight == 0 and not self.mirrored:
-            return "canary"
-        if self.weight == 100:
-            return "stable"
-        return None
 
     def since_step_start(self, fallback: timedelta) -> timedelta:
         """The window from the moment the step's weight was verified, for cumulative tests."""

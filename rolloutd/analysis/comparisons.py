@@ -177,7 +177,7 @@ def judge_latency(spec: GateSpec, judging: Judging) -> Evaluation:
     window = judging.since_step_start(spec.window)
     canary = judging.source.measure(spec.signal, "canary", window, judging.now)
     estimate = finite(canary, spec.signal, "canary")
-    if spec.max_ratio is not None and judging.idle_pool() == "stable":
+    if spec.max_ratio is not None and judging.idle == "stable":
         # At 100% there is no stable traffic to compare with: the target alone applies.
         spec = spec.model_copy(update={"max_ratio": None})
     stable: Measurement | None = None

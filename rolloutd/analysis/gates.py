@@ -32,7 +32,7 @@ def evaluate_gate(spec: GateSpec, judging: Judging) -> Evaluation:
             now,
             reason=f"gate kind {spec.kind!r} cannot be evaluated by this rolloutd",
         )
-    idle = judging.idle_pool()
+    idle = judging.idle
     if idle is not None and idle in spec.live_pools():
         return Evaluation(
             name,

@@ -186,9 +186,9 @@ def test_nan_and_inf_are_inconclusive_never_a_pass() -> None:
 
 
 def _judge_at(plan: Plan, gate: str, metrics: MemoryMetrics, weight: int, mirrored: bool = False):
-    judging = Judging(
-        gate, "trigger", metrics, NOW, plan, NOW - timedelta(hours=1), weight, mirrored
-    )
+    """Judge ``gate`` as a trigger at ``weight`` (the idle pool as a plan's step would say)."""
+    idle = "canary" if weight == 0 and not mirrored else "stable" if weight == 100 else None
+    judging = Judging(gate, "trigger", metrics, NOW, plan, NOW - timedelta(hours=1), weight, idle)
     return evaluate_gate(plan.gates[gate], judging)
 
 
