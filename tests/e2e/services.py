@@ -172,16 +172,7 @@ class FleetHAProxy(HAProxyService):
     """
 
     def __init__(self, directory: Path, replicas: list[ReplicaInfo], binary: str) -> None:
-        self.directory = directory
-        self.binary = binary
-        self.socket = directory / "admin.sock"
-        self.operator_socket = directory / "operator.sock"
-        self.state_file = directory / "server-state"
-        self.config = directory / "haproxy.cfg"
-        self.log = directory / "haproxy.log"
-        self.port = free_port()
-        self.tcp_port = free_port()
-        self.process = None
+        self._prepare(directory, binary)
         self.stable = [r.name for r in replicas if r.pool == "stable"]
         self.canary = [r.name for r in replicas if r.pool == "canary"]
         servers = "\n".join(

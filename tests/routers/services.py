@@ -207,16 +207,7 @@ class HAProxyService:
     """A real haproxy in the foreground, with a consistent-hash backend and a static one."""
 
     def __init__(self, directory: Path, pools: Pools, binary: str) -> None:
-        self.directory = directory
-        self.binary = binary
-        self.socket = directory / "admin.sock"
-        self.operator_socket = directory / "operator.sock"
-        self.state_file = directory / "server-state"
-        self.config = directory / "haproxy.cfg"
-        self.log = directory / "haproxy.log"
-        self.port = free_port()
-        self.tcp_port = free_port()
-        self.process: subprocess.Popen[bytes] | None = None
+        self._prepare(directory, binary)
         stable = "\n".join(
             f"    server {name} 127.0.0.1:{pools.stable.port} weight 1" for name in STABLE_SERVERS
         )
@@ -254,6 +245,19 @@ backend {STATIC_BACKEND}
     server gpu-d 127.0.0.1:{pools.canary.port} weight 100
 """
         )
+
+    def _prepare(self, directory: Path, binary: str) -> None:
+        """Where this haproxy keeps its sockets, state, config and log, and its ports."""
+        self.directory = directory
+        self.binary = binary
+        self.socket = directory / "admin.sock"
+        self.operator_socket = directory / "operator.sock"
+        self.state_file = directory / "server-state"
+        self.config = directory / "haproxy.cfg"
+        self.log = directory / "haproxy.log"
+        self.port = free_port()
+        self.tcp_port = free_port()
+        self.process: subprocess.Popen[bytes] | None = None
 
     def start(self) -> None:
         """Start haproxy and wait until its runtime API answers."""
