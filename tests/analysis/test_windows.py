@@ -1,13 +1,13 @@
-"""Where a compare gate's final look looks: the reconciler's window over the gate's steps."""
+"""Where a compare gate looks: its final look's window and the earlier steps' windows."""
 
 from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
 
 from rolloutd.analysis.base import FinalWindow
+from rolloutd.analysis.windows import earlier_windows, final_window
 from rolloutd.plan import Plan
 from rolloutd.progress import Progress
-from rolloutd.reconcile import _final_window
 from tests.plans import plan_of, small_dict
 
 T = datetime(2026, 3, 2, 12, 0, tzinfo=UTC)
@@ -33,7 +33,7 @@ def test_the_window_opens_at_the_first_step_and_waits_for_the_last_bake() -> Non
         bake_mark=T + timedelta(hours=2),
     )
     now = T + timedelta(hours=3)
-    assert _final_window(_plan(), "not_worse", progress, verified, now) == FinalWindow(T, None)
+    assert final_window(_plan(), "not_worse", progress, verified, now) == FinalWindow(T, None)
 
 
 def test_the_end_is_where_the_bake_clock_reached_the_bake_and_stays_there() -> None:
@@ -49,12 +49,42 @@ def test_the_end_is_where_the_bake_clock_reached_the_bake_and_stays_there() -> N
     )
     expected = resumed + timedelta(minutes=90)
     for now in (expected, expected + timedelta(minutes=7), expected + timedelta(hours=1)):
-        window = _final_window(_plan(), "not_worse", progress, verified, now)
+        window = final_window(_plan(), "not_worse", progress, verified, now)
         assert window == FinalWindow(T, expected)
 
 
 def test_no_window_at_an_earlier_step_or_for_a_gate_on_one_step_elsewhere() -> None:
     """The shadow step is not the last to carry the gate; 'fast' is only on step 2."""
     progress = Progress(started_at=T, step_index=0, step_verified_at=T, bake_mark=T)
-    assert _final_window(_plan(), "not_worse", progress, {0: T}, T) is None
-    assert _final_window(_plan(), "fast", progress, {0: T}, T) is None
+    assert final_window(_plan(), "not_worse", progress, {0: T}, T) is None
+    assert final_window(_plan(), "fast", progress, {0: T}, T) is None
+
+
+def test_earlier_windows_are_the_completed_steps_that_judged_the_gate() -> None:
+    """At the canary step, a step gate looks back at the shadow step that carried it; a
+    trigger looks back at the shadow step and the pause alike."""
+    progress = Progress(started_at=T, step_index=2, step_verified_at=T + timedelta(hours=2))
+    verified = {0: T, 1: T + timedelta(hours=1)}
+    completed = {0: T + timedelta(hours=1), 1: T + timedelta(hours=2)}
+    shadow, pause = (verified[0], completed[0]), (verified[1], completed[1])
+    assert earlier_windows(_plan(), "not_worse", "step", progress, verified, completed) == (shadow,)
+    assert earlier_windows(_plan(), "healthy", "trigger", progress, verified, completed) == (
+        shadow,
+        pause,
+    )
+
+
+def test_a_step_where_one_pool_is_idle_gives_no_window() -> None:
+    """Past the full step the stable pool serves nothing, so the full step gives no window."""
+    progress = Progress(started_at=T, step_index=4)
+    verified = {3: T}
+    completed = {3: T + timedelta(hours=1)}
+    assert earlier_windows(_plan(), "healthy", "trigger", progress, verified, completed) == ()
+
+
+def test_a_step_not_yet_completed_or_never_verified_has_no_earlier_window() -> None:
+    """Only steps with both a verified and a later completed time give a window."""
+    progress = Progress(started_at=T, step_index=2)
+    verified = {0: T, 1: None}
+    completed = {0: None, 1: T}
+    assert earlier_windows(_plan(), "healthy", "trigger", progress, verified, completed) == ()
