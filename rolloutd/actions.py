@@ -1,7 +1,9 @@
 """What the state machine asks the world to do, and what it saw: plain, frozen data.
 
-Every action carries a deterministic key, so the shell can write it to the intent log
-once, replay it after a crash, and never perform it twice with a different effect.
+Every action carries a deterministic key, so the shell can write it to the journal once,
+replay it after a crash, and never perform it twice with a different effect. A weight
+change is keyed by the desired fact it serves and that fact's generation
+(``weight@gen7=0``), so an attempt toward an older generation is known to be stale.
 """
 
 from __future__ import annotations
@@ -50,10 +52,13 @@ class Command:
 
 @dataclass(frozen=True)
 class Observed:
-    """What the shell saw of the world before this decision."""
+    """What the shell saw of the world before this decision: the router's read-back
+    (None when it could not be read; ``router_mirror`` None when unknown) and the keys of
+    the replica actions (deploy, verify) that were performed."""
 
     router_weight: int | None = None
     done_actions: frozenset[str] = frozenset()
+    router_mirror: bool | None = None
 
 
 @dataclass(frozen=True)
@@ -63,11 +68,12 @@ class SetWeight:
     key: str
     weight: int
     mirror: bool = False
+    generation: int = 1
     kind: Literal["set_weight"] = "set_weight"
 
     def payload(self) -> dict[str, Any]:
-        """The action's arguments as stored in the intent log."""
-        return {"weight": self.weight, "mirror": self.mirror}
+        """The action's arguments as stored in the journal."""
+        return {"weight": self.weight, "mirror": self.mirror, "generation": self.generation}
 
 
 @dataclass(frozen=True)
@@ -82,7 +88,7 @@ class Alert:
     kind: Literal["alert"] = "alert"
 
     def payload(self) -> dict[str, Any]:
-        """The action's arguments as stored in the intent log."""
+        """The action's arguments as stored in the journal."""
         return {"topic": self.topic, "severity": self.severity, "text": self.text, **self.data}
 
 
@@ -95,7 +101,7 @@ class _OnReplica:
     artefacts: str
 
     def payload(self) -> dict[str, Any]:
-        """The action's arguments as stored in the intent log."""
+        """The action's arguments as stored in the journal."""
         return {"replica": self.replica, "artefacts": self.artefacts}
 
 

@@ -1,7 +1,8 @@
-"""Building the router and metrics source a plan names, once per rollout.
+"""Building the router, metrics source and deploy executor a plan names, once per rollout.
 
 The daemon asks a :class:`Drivers` for them, so tests and the demo can hand in twins
-(an in-memory router, a metrics twin) while production builds the real drivers.
+(an in-memory router, a metrics twin, a memory executor) while production builds the real
+drivers.
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ from typing import Protocol
 
 from rolloutd.analysis.base import MetricsSource
 from rolloutd.analysis.sources import FileMetrics, MemoryMetrics
+from rolloutd.deploy.base import Executor
 from rolloutd.errors import PermanentError
 from rolloutd.plan import FileRouter as FileRouterSpec
 from rolloutd.plan import MemoryRouter as MemoryRouterSpec
@@ -34,6 +36,12 @@ class Drivers(Protocol):
         :raises PermanentError: when the plan's source cannot be built here.
         """
 
+    def executor(self, rollout_id: int, plan: Plan) -> Executor:
+        """The deploy executor for ``plan``.
+
+        :raises BadInput: when the plan's executor section does not fit its pools.
+        """
+
 
 class PlanDrivers:
     """Builds the drivers a plan names; memory twins live as long as this object."""
@@ -41,6 +49,7 @@ class PlanDrivers:
     def __init__(self) -> None:
         self._routers: dict[int, Router] = {}
         self._metrics: dict[int, MetricsSource] = {}
+        self._executors: dict[int, Executor] = {}
         self._lock = threading.Lock()
 
     def router(self, rollout_id: int, plan: Plan) -> Router:
@@ -54,6 +63,14 @@ class PlanDrivers:
             if rollout_id not in self._metrics:
                 self._metrics[rollout_id] = self._build_metrics(plan)
             return self._metrics[rollout_id]
+
+    def executor(self, rollout_id: int, plan: Plan) -> Executor:
+        with self._lock:
+            if rollout_id not in self._executors:
+                from rolloutd.deploy.executors import build_executor
+
+                self._executors[rollout_id] = build_executor(plan)
+            return self._executors[rollout_id]
 
     def _build_router(self, plan: Plan) -> Router:
         spec = plan.router

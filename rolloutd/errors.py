@@ -17,9 +17,10 @@ class RolloutdError(Exception):
 
 
 class TemporaryError(RolloutdError):
-    """Something outside us failed in a way that may pass: retry after ``delay`` seconds."""
+    """Something outside us failed in a way that may pass: retry after ``delay`` seconds, or
+    with the caller's backoff when ``delay`` is None."""
 
-    def __init__(self, message: str, *, delay: float = 5.0) -> None:
+    def __init__(self, message: str, *, delay: float | None = None) -> None:
         super().__init__(message)
         self.delay = delay
 

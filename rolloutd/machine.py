@@ -13,9 +13,15 @@ The rules, in the order they apply on a tick:
 4. Gates are judged: any rollback-trigger failure or any breach starts the rollback;
    too many consecutive inconclusive evaluations pause (or roll back, as the plan says),
    and an inconclusive pause lifts by itself once every gate has data again.
-5. A rollback ends ``rolled_back`` only when its actions are done and the router reads 0.
-6. A step counts as reached only when the router reads its weight back; it completes when
-   its bake has elapsed (or it was promoted) and every gate passed after it was reached.
+5. A rollback moves through its phases as the world shows them done: the router reads 0,
+   then every canary replica was redeployed, then every one verified; only then does it
+   end ``rolled_back``. Until then it stays ``rolling_back``.
+6. A step counts as reached only when the router reads its desired weight back; it
+   completes when its bake has elapsed (or it was promoted) and every gate passed after
+   it was reached.
+
+What the router must serve is a fact (:class:`~rolloutd.progress.Desired`), changed only
+here and stored with the decision; the ``SetWeight`` actions are attempts toward it.
 """
 
 from __future__ import annotations
@@ -40,9 +46,7 @@ from rolloutd.actions import (
 )
 from rolloutd.durations import format_duration
 from rolloutd.plan import FullStep, PauseStep, Plan, SteadyStep
-from rolloutd.progress import Ending, Progress, RollbackFacts, State, derive_state
-
-ROLLBACK_WEIGHT_KEY = "rollback/weight-0"
+from rolloutd.progress import Desired, Ending, Progress, RollbackFacts, State, derive_state
 
 
 @dataclass(frozen=True)
@@ -63,9 +67,25 @@ def state_of(plan: Plan, progress: Progress) -> State:
     return derive_state(progress, awaiting_promotion=waiting)
 
 
-def weight_key(step_index: int, weight: int, mirror: bool) -> str:
-    """The idempotency key of the action that sets a step's weight."""
-    return f"step-{step_index}/weight-{weight}" + ("-mirror" if mirror else "")
+def deploy_key(replica: str) -> str:
+    """The key of the rollback's redeploy of ``replica``."""
+    return f"rollback/deploy/{replica}"
+
+
+def verify_key(replica: str) -> str:
+    """The key of the rollback's verification of ``replica``."""
+    return f"rollback/verify/{replica}"
+
+
+def desired_of(plan: Plan, progress: Progress) -> Desired:
+    """The desired fact of ``progress``: stored, or for progress written before it was a
+    fact, derived from the step (or the rollback) the rollout is in."""
+    if progress.desired is not None:
+        return progress.desired
+    if progress.rollback is not None:
+        return Desired(0, False)
+    index = min(progress.step_index, len(plan.steps) - 1)
+    return Desired(plan.step_weight(index), plan.step_mirrors(index))
 
 
 def refusal(plan: Plan, progress: Progress, kind: str, *, full: bool = False) -> str | None:
@@ -111,6 +131,8 @@ def decide(
     preflight_error: str | None = None,
 ) -> Decision:
     """Compute the next progress facts and the actions to take; see the module docstring."""
+    if progress.started_at is not None and progress.ended is None and progress.desired is None:
+        progress = replace(progress, desired=desired_of(plan, progress))
     tick = _Tick(plan, progress, now)
     if progress.ended is not None:
         tick.reject_all(commands)
@@ -137,6 +159,7 @@ class _Tick:
         self.actions: list[Action] = []
         self.events: list[Event] = []
         self.outcomes: list[CommandOutcome] = []
+        self.rollback_started = False
 
     def decision(self) -> Decision:
         return Decision(
@@ -297,7 +320,10 @@ class _Tick:
 
     def move(self, verdicts: Mapping[str, GateResult], observed: Observed) -> None:
         if self.p.rollback is not None:
-            self.finish_rollback(observed)
+            # What was observed before this tick's decision cannot show the rollback's
+            # progress: a rollback started now moves on from the next read-back.
+            if not self.rollback_started:
+                self.finish_rollback(observed)
         elif self.p.paused is None:
             self.advance(verdicts, observed)
 
@@ -307,9 +333,8 @@ class _Tick:
         weight = self.plan.step_weight(index)
         deadline = self.plan.limits.progress_deadline
         if self.p.step_verified_at is None:
-            mirror = self.plan.step_mirrors(index)
-            key = weight_key(index, weight, mirror)
-            if key in observed.done_actions and observed.router_weight == weight:
+            desired = desired_of(self.plan, self.p)
+            if desired.served_by(observed.router_weight, observed.router_mirror):
                 self.p = replace(self.p, step_verified_at=self.now, bake_mark=self.now)
                 self.events.append(Event("weight_verified", f"router reads {weight}% canary"))
             elif (
@@ -362,15 +387,24 @@ class _Tick:
             promoted=False,
             promoted_after_seconds=0.0,
         )
-        # A step entered and left in one tick (promote, then promote --full) leaves no
-        # weight change behind: only the weight of the step the tick ends in is set.
-        self.actions = [a for a in self.actions if not isinstance(a, SetWeight)]
-        self.actions.append(SetWeight(weight_key(index, weight, mirror), weight, mirror))
+        self.want(weight, mirror)
         self.events.append(
             Event("step_entered", f"step {index} {step.title()}: canary weight {weight}%")
         )
         if isinstance(step, PauseStep) and step.duration is None:
             self.alert("awaiting_promotion", "info", f"Waiting for promotion at {weight}% canary")
+
+    def want(self, weight: int, mirror: bool) -> None:
+        """Make (weight, mirror) the desired fact, one generation on, and attempt it.
+
+        A step entered and left in one tick (promote, then promote --full) leaves no
+        attempt behind: only the fact the tick ends with is attempted.
+        """
+        current = self.p.desired
+        desired = Desired(weight, mirror) if current is None else current.changed_to(weight, mirror)
+        self.p = replace(self.p, desired=desired)
+        self.actions = [a for a in self.actions if not isinstance(a, SetWeight)]
+        self.actions.append(SetWeight(desired.key, weight, mirror, desired.generation))
 
     def step_title(self) -> str:
         return self.plan.steps[self.p.step_index].title()
@@ -385,9 +419,10 @@ class _Tick:
         result: GateResult | None = None,
         actor: str = "rolloutd",
     ) -> None:
+        self.rollback_started = True
         facts = RollbackFacts(cause=cause, started_at=self.now, gate=gate)
         self.p = replace(self.p.stop_clock(self.now), rollback=facts, paused=None)
-        self.actions.append(SetWeight(ROLLBACK_WEIGHT_KEY, 0, False))
+        self.want(0, False)
         data: dict[str, object] = {"step": self.p.step_index, "step_name": self.step_title()}
         if gate is not None and result is not None:
             data.update(gate=gate, value=result.value, threshold=result.threshold)
@@ -396,24 +431,37 @@ class _Tick:
 
     def finish_rollback(self, observed: Observed) -> None:
         """Weight 0 (read back) -> redeploy the stable set on every canary replica -> verify
-        each one's health and digests -> rolled_back. Each step is a keyed action issued
-        only once the one before it is done, so a crash resumes where it stopped and a
-        step that keeps failing holds the rollout in rolling_back."""
-        done = observed.done_actions
-        if ROLLBACK_WEIGHT_KEY not in done or observed.router_weight != 0:
-            return
-        if self.plan.executor.kind == "none":
-            self.end("rolled_back", "rollback finished: the router reads 0% canary")
-            return
+        each one's health and digests -> rolled_back. The phase and the replicas that still
+        owe it are facts; each replica action is issued only in its phase, so a crash
+        resumes where it stopped and a step that keeps failing holds the rollout in
+        rolling_back."""
+        rollback = self.p.rollback
+        assert rollback is not None
+        replicas = tuple(r.name for r in self.plan.pools.canary.replicas)
         stable = self.plan.artefacts.stable
-        replicas = [r.name for r in self.plan.pools.canary.replicas]
-        deploys = [Deploy(f"rollback/deploy/{name}", name, stable) for name in replicas]
-        if any(d.key not in done for d in deploys):
-            self.actions.extend(deploys)  # the intent log ignores keys it already holds
-            return
-        verifies = [Verify(f"rollback/verify/{name}", name, stable) for name in replicas]
-        if any(v.key not in done for v in verifies):
-            self.actions.extend(verifies)
+        if rollback.phase == "weight":
+            if not desired_of(self.plan, self.p).served_by(
+                observed.router_weight, observed.router_mirror
+            ):
+                return
+            if self.plan.executor.kind == "none":
+                self.end("rolled_back", "rollback finished: the router reads 0% canary")
+                return
+            rollback = replace(rollback, phase="redeploy", owed=replicas)
+        if rollback.phase == "redeploy":
+            owed = tuple(r for r in rollback.owed if deploy_key(r) not in observed.done_actions)
+            rollback = replace(rollback, owed=owed)
+            if not owed:
+                rollback = replace(rollback, phase="verify", owed=replicas)
+        if rollback.phase == "verify":
+            owed = tuple(r for r in rollback.owed if verify_key(r) not in observed.done_actions)
+            rollback = replace(rollback, owed=owed)
+        self.p = replace(self.p, rollback=rollback)
+        if rollback.owed:
+            # The journal ignores keys it already holds, so asking again adds nothing.
+            action = Deploy if rollback.phase == "redeploy" else Verify
+            key = deploy_key if rollback.phase == "redeploy" else verify_key
+            self.actions.extend(action(key(r), r, stable) for r in rollback.owed)
             return
         self.end(
             "rolled_back",

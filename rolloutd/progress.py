@@ -3,6 +3,11 @@
 Storage keeps facts (which step, when it was entered, when its weight was verified,
 how much bake time has accrued, whether an operator paused it, why a rollback began),
 never a phase to be trusted: :func:`derive_state` recomputes the phase on every read.
+
+The facts include the *desired* world: the canary weight and mirror the router must serve
+(with a generation that grows at every change) and, during a rollback, which phase it is in
+and which replicas still owe a redeploy or a verification. They are written in the same
+transaction as the decision that changed them; actions are only attempts toward them.
 """
 
 from __future__ import annotations
@@ -35,6 +40,30 @@ class State(StrEnum):
 TERMINAL = frozenset({State.ROLLED_BACK, State.COMPLETED, State.ABORTED, State.FAILED})
 Ending = Literal["rolled_back", "completed", "aborted", "failed"]
 PauseCause = Literal["operator", "inconclusive"]
+RollbackPhase = Literal["weight", "redeploy", "verify"]
+
+
+@dataclass(frozen=True)
+class Desired:
+    """What the router must serve. ``generation`` grows with every change, so an attempt
+    toward an older generation is recognisably stale and is never performed."""
+
+    weight: int
+    mirror: bool = False
+    generation: int = 1
+
+    @property
+    def key(self) -> str:
+        """The key of the attempt toward this fact, e.g. ``weight@gen7=0``."""
+        return f"weight@gen{self.generation}={self.weight}" + ("+mirror" if self.mirror else "")
+
+    def changed_to(self, weight: int, mirror: bool) -> Desired:
+        """The next generation, serving ``weight`` (and mirroring or not)."""
+        return Desired(weight, mirror, self.generation + 1)
+
+    def served_by(self, weight: int | None, mirror: bool | None) -> bool:
+        """Whether a router that reads ``weight`` (and ``mirror``, if known) serves this."""
+        return weight == self.weight and (mirror is None or mirror == self.mirror)
 
 
 @dataclass(frozen=True)
@@ -44,6 +73,9 @@ class RollbackFacts:
     cause: str
     started_at: datetime
     gate: str | None = None
+    phase: RollbackPhase = "weight"
+    owed: tuple[str, ...] = ()
+    """Replicas that still owe the current phase's redeploy or verification."""
 
 
 @dataclass(frozen=True)
@@ -62,6 +94,7 @@ class Progress:
     inconclusive_streaks: dict[str, int] = field(default_factory=dict)
     last_seen: dict[str, datetime] = field(default_factory=dict)
     rollback: RollbackFacts | None = None
+    desired: Desired | None = None
     ended: Ending | None = None
     ended_at: datetime | None = None
 
@@ -94,6 +127,15 @@ class Progress:
                 "cause": self.rollback.cause,
                 "started_at": _iso(self.rollback.started_at),
                 "gate": self.rollback.gate,
+                "phase": self.rollback.phase,
+                "owed": list(self.rollback.owed),
+            },
+            "desired": None
+            if self.desired is None
+            else {
+                "weight": self.desired.weight,
+                "mirror": self.desired.mirror,
+                "generation": self.desired.generation,
             },
             "ended": self.ended,
             "ended_at": _iso(self.ended_at),
@@ -103,6 +145,7 @@ class Progress:
     def from_storage(cls, data: dict[str, Any]) -> Self:
         """Rebuild progress from :meth:`for_storage` output."""
         rollback = data.get("rollback")
+        desired = data.get("desired")
         return cls(
             started_at=_dt(data.get("started_at")),
             step_index=int(data.get("step_index", 0)),
@@ -121,6 +164,17 @@ class Progress:
                 cause=rollback["cause"],
                 started_at=_req_dt(rollback["started_at"]),
                 gate=rollback.get("gate"),
+                # Progress written before the rollback's phases were facts starts at the
+                # weight phase; the machine moves it on from what the world shows.
+                phase=rollback.get("phase", "weight"),
+                owed=tuple(rollback.get("owed") or ()),
+            ),
+            desired=None
+            if not desired
+            else Desired(
+                weight=int(desired["weight"]),
+                mirror=bool(desired.get("mirror", False)),
+                generation=int(desired.get("generation", 1)),
             ),
             ended=data.get("ended"),
             ended_at=_dt(data.get("ended_at")),

@@ -19,6 +19,8 @@ from pydantic import SecretStr
 from rolloutd.analysis.base import Measurement, MetricsSource, Pool
 from rolloutd.analysis.sources import MemoryMetrics
 from rolloutd.daemon import Daemon
+from rolloutd.deploy.base import Executor
+from rolloutd.deploy.executors import build_executor
 from rolloutd.logs import configure_logging
 from rolloutd.operations import start_rollout
 from rolloutd.plan import Plan
@@ -75,6 +77,9 @@ class PerService:
 
     def metrics(self, rollout_id: int, plan: Plan) -> MetricsSource:
         return self.sources[plan.service]
+
+    def executor(self, rollout_id: int, plan: Plan) -> Executor:
+        return build_executor(plan)
 
 
 @pytest.fixture

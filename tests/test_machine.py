@@ -13,8 +13,8 @@ from datetime import timedelta
 import pytest
 
 from rolloutd.actions import Alert, CommandKind, GateResult, Observed, SetWeight, Verdict
-from rolloutd.machine import ROLLBACK_WEIGHT_KEY, decide, refusal, state_of, weight_key
-from rolloutd.progress import Progress, RollbackFacts, State
+from rolloutd.machine import Decision, decide, refusal, state_of
+from rolloutd.progress import Desired, Progress, RollbackFacts, State
 from tests.plans import (
     REPO,
     T0,
@@ -62,14 +62,14 @@ def test_first_tick_starts_the_rollout_and_mirrors_traffic_for_shadow() -> None:
     assert decision.progress.started_at == T0
     assert (decision.progress.step_index, decision.progress.step_entered_at) == (0, T0)
     set_weights = [a for a in decision.actions if isinstance(a, SetWeight)]
-    assert set_weights == [SetWeight("step-0/weight-0-mirror", 0, mirror=True)]
+    assert set_weights == [SetWeight("weight@gen1=0+mirror", 0, mirror=True)]
 
 
 def test_a_shadow_step_without_mirroring_asks_for_plain_weight_zero() -> None:
     """The example plan's shadow step (HAProxy, mirror: false) sets weight 0 without a mirror."""
     decision = World(example_plan()).tick()
     set_weights = [a for a in decision.actions if isinstance(a, SetWeight)]
-    assert set_weights == [SetWeight("step-0/weight-0", 0, mirror=False)]
+    assert set_weights == [SetWeight("weight@gen1=0", 0, mirror=False)]
 
 
 def test_abort_of_a_pending_rollout_ends_aborted_without_moving_traffic() -> None:
@@ -133,18 +133,17 @@ def test_a_lagging_router_keeps_the_step_unverified_and_the_bake_stopped() -> No
     assert world.progress.step_verified_at == world.now
 
 
-def test_a_router_reading_the_weight_without_the_action_done_does_not_verify() -> None:
-    """The weight read back is not enough: the step's own set-weight action must be done."""
+def test_the_router_reading_the_desired_weight_verifies_whatever_the_journal_says() -> None:
+    """The read-back is the truth: an attempt not yet marked done does not hold a step back."""
     world = World(example_plan(), mark_done=False)
     world.tick()
     world.wait(HOUR)
     decision = world.tick()
-    assert world.router_weight == 0
-    assert decision.progress.step_verified_at is None
+    assert decision.progress.step_verified_at == world.now
 
 
-def test_a_done_action_with_the_router_reading_another_weight_does_not_verify() -> None:
-    """The action key is done but the router reads 0, not 5: step 1 stays unverified."""
+def test_a_router_reading_another_weight_than_the_desired_one_does_not_verify() -> None:
+    """The desired weight is 5 but the router reads 0: step 1 stays unverified."""
     plan = example_plan()
     progress = replace(World(plan).reach(1).progress, step_verified_at=None, bake_mark=None)
     decision = decide(
@@ -152,7 +151,7 @@ def test_a_done_action_with_the_router_reading_another_weight_does_not_verify() 
         progress,
         verdicts={},
         commands=[],
-        observed=Observed(router_weight=0, done_actions=frozenset({weight_key(1, 5, False)})),
+        observed=Observed(router_weight=0),
         now=T0 + 100 * HOUR,
     )
     assert decision.progress.step_verified_at is None
@@ -167,7 +166,7 @@ def test_a_step_completes_when_its_bake_elapsed_and_every_gate_passed() -> None:
     world.wait(timedelta(hours=48))
     decision = world.tick(step_gates(world, Verdict.PASS))
     assert decision.progress.step_index == 2
-    assert weights_set(decision.actions) == [("step-2/weight-25", 25)]
+    assert weights_set(decision.actions) == [("weight@gen3=25", 25)]
 
 
 def test_a_step_does_not_complete_before_its_bake_elapsed() -> None:
@@ -226,7 +225,7 @@ def test_a_breach_on_a_step_gate_starts_the_rollback() -> None:
     world.wait(HOUR)
     decision = world.tick(step_gates(world, Verdict.PASS, queue_timeouts=Verdict.BREACH))
     assert decision.state is State.ROLLING_BACK
-    assert weights_set(decision.actions) == [(ROLLBACK_WEIGHT_KEY, 0)]
+    assert weights_set(decision.actions) == [(_desired_key(decision), 0)]
     assert decision.progress.rollback is not None
     assert decision.progress.rollback.gate == "queue_timeouts"
     assert "rollback_started" in alert_topics(decision.actions)
@@ -242,7 +241,7 @@ def test_a_failing_rollback_trigger_rolls_back_at_every_step(step: int, verdict:
     assert decision.state is State.ROLLING_BACK
     assert decision.progress.rollback is not None
     assert decision.progress.rollback.gate == "canary_oom"
-    assert weights_set(decision.actions) == [(ROLLBACK_WEIGHT_KEY, 0)]
+    assert weights_set(decision.actions) == [(_desired_key(decision), 0)]
 
 
 def test_a_failing_rollback_trigger_rolls_back_while_operator_paused() -> None:
@@ -300,7 +299,7 @@ def test_abort_starts_the_rollback_with_weight_zero() -> None:
     decision = world.tick(commands=[command("abort")])
     assert decision.state is State.ROLLING_BACK
     assert [a for a in decision.actions if isinstance(a, SetWeight)] == [
-        SetWeight(ROLLBACK_WEIGHT_KEY, 0, mirror=False)
+        SetWeight(_desired_key(decision), 0, False, decision.progress.desired.generation)
     ]
     assert [o.applied for o in decision.outcomes] == [True]
 
@@ -328,14 +327,14 @@ def test_a_rollback_ends_only_when_its_action_is_done_and_the_router_reads_zero(
     assert decision.progress.ended_at == world.now
 
 
-def test_a_rollback_whose_action_is_not_done_does_not_end() -> None:
-    """The router reads 0 but the rollback action is not marked done: still rolling back."""
+def test_a_rollback_does_not_end_while_the_router_reads_above_zero() -> None:
+    """The router never takes the rollback's 0%: the rollout stays rolling back."""
     world = at_first_canary()
-    world.mark_done = False
+    world.lag = None
     world.tick(commands=[command("abort")])
     world.wait(HOUR)
     decision = world.tick()
-    assert world.router_weight == 0
+    assert world.router_weight == 5
     assert decision.state is State.ROLLING_BACK
 
 
@@ -343,7 +342,7 @@ def test_a_rollback_whose_action_is_not_done_does_not_end() -> None:
 def test_commands_are_rejected_while_rolling_back(kind: CommandKind) -> None:
     """Once rolling back, every command is rejected with the reason."""
     world = at_first_canary()
-    world.mark_done = False
+    world.lag = None
     world.tick(commands=[command("abort")])
     decision = world.tick(commands=[command(kind)])
     (outcome,) = decision.outcomes
@@ -362,7 +361,7 @@ def test_reaching_a_pause_step_awaits_promotion_with_an_alert() -> None:
     assert decision.progress.step_index == 3
     assert decision.state is State.AWAITING_PROMOTION
     assert "awaiting_promotion" in alert_topics(decision.actions)
-    assert weights_set(decision.actions) == [("step-3/weight-25", 25)]
+    assert weights_set(decision.actions) == [("weight@gen4=25", 25)]
 
 
 def test_an_awaiting_promotion_step_waits_indefinitely_without_promote() -> None:
@@ -378,7 +377,7 @@ def test_promote_ends_an_awaiting_promotion_step() -> None:
     decision = world.tick(commands=[command("promote")])
     assert [o.applied for o in decision.outcomes] == [True]
     assert decision.progress.step_index == 4
-    assert weights_set(decision.actions) == [("step-4/weight-100", 100)]
+    assert weights_set(decision.actions) == [("weight@gen5=100", 100)]
 
 
 def test_a_timed_pause_ends_by_itself_after_its_duration() -> None:
@@ -407,7 +406,8 @@ def test_promote_full_jumps_to_the_full_step() -> None:
     world = at_first_canary()
     decision = world.tick(commands=[command("promote", full=True)])
     assert decision.progress.step_index == 4
-    assert weights_set(decision.actions) == [("step-4/weight-100", 100)]
+    # Step 1 was the second generation; the jump is the third, not one per skipped step.
+    assert weights_set(decision.actions) == [("weight@gen3=100", 100)]
 
 
 def test_promote_full_at_the_full_step_is_rejected() -> None:
@@ -561,7 +561,7 @@ def test_too_many_inconclusive_with_on_inconclusive_rollback_rolls_back() -> Non
     world = World(small_plan(max_inconclusive=3, on_inconclusive="rollback")).reach(0)
     inconclusive_ticks(world, 4)
     assert world.state is State.ROLLING_BACK
-    assert weights_set(world.decisions[-1].actions) == [(ROLLBACK_WEIGHT_KEY, 0)]
+    assert weights_set(world.decisions[-1].actions) == [(_desired_key(world.decisions[-1]), 0)]
 
 
 def test_an_inconclusive_pause_lifts_by_itself_when_data_returns() -> None:
@@ -766,7 +766,13 @@ def test_progress_round_trips_through_storage_and_json(progress: Progress) -> No
     assert Progress.from_storage(json.loads(json.dumps(stored))) == progress
 
 
-def test_weight_key_names_step_weight_and_mirroring() -> None:
-    """A weight key names the step, the weight and whether traffic is mirrored."""
-    assert weight_key(0, 0, True) == "step-0/weight-0-mirror"
-    assert weight_key(2, 25, False) == "step-2/weight-25"
+def test_a_weight_key_names_the_generation_the_weight_and_mirroring() -> None:
+    """A weight attempt's key names its fact's generation, the weight and the mirror."""
+    assert Desired(0, True, 1).key == "weight@gen1=0+mirror"
+    assert Desired(25, False, 7).key == "weight@gen7=25"
+
+
+def _desired_key(decision: Decision) -> str:
+    """The key of the attempt toward the decision's desired fact."""
+    assert decision.progress.desired is not None
+    return decision.progress.desired.key

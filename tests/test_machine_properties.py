@@ -20,7 +20,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from rolloutd.actions import Command, CommandKind, GateResult, SetWeight, Verdict
-from rolloutd.machine import ROLLBACK_WEIGHT_KEY, Decision, state_of
+from rolloutd.machine import Decision, state_of
 from rolloutd.plan import Plan
 from rolloutd.progress import Progress, State
 from tests.plans import World, command, every_gate, example_plan, results, small_plan
@@ -177,17 +177,23 @@ def set_weights(decision: Decision) -> list[SetWeight]:
 @RUNS
 @given(runs)
 def test_no_set_weight_exceeds_the_current_step_weight_and_rollbacks_set_zero(run: Run) -> None:
-    """Every weight asked for is at most the step's weight after the tick; rollbacks ask for 0."""
+    """Every weight asked for is at most the step's weight after the tick; rollbacks ask for 0;
+    the one attempt a tick makes serves the desired fact it ends with, a newer generation."""
     for played in play(World(run.plan, lag=run.lag), run):
-        index = played.decision.progress.step_index
-        for action in set_weights(played.decision):
-            if action.key == ROLLBACK_WEIGHT_KEY:
+        after = played.decision.progress
+        before_generation = played.before.desired.generation if played.before.desired else 0
+        if after.desired is not None:
+            assert after.desired.generation >= before_generation
+        attempts = set_weights(played.decision)
+        assert len(attempts) <= 1
+        for action in attempts:
+            assert after.desired is not None
+            assert (action.key, action.weight) == (after.desired.key, after.desired.weight)
+            assert after.desired.generation > before_generation
+            if after.rollback is not None:
                 assert action.weight == 0
             else:
-                assert action.weight <= run.plan.step_weight(index)
-                # A promote can pass through a step within one tick, never skip backwards.
-                step = int(action.key.split("/")[0].removeprefix("step-"))
-                assert played.before.step_index <= step <= index
+                assert action.weight <= run.plan.step_weight(after.step_index)
 
 
 @RUNS

@@ -6,10 +6,12 @@ Time is a fake clock, so 48 h bakes take microseconds; the lease is a real row.
 from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import pytest
 import yaml
+from sqlalchemy import select
+from sqlalchemy.orm import Session
 
 from rolloutd.actions import CommandKind
 from rolloutd.analysis.sources import MemoryMetrics
@@ -19,6 +21,7 @@ from rolloutd.planfile import parse_plan
 from rolloutd.reconcile import STUCK_AFTER_ATTEMPTS, NotLeading, Reconciler
 from rolloutd.routers.base import MemoryRouter, Router, RouterState
 from rolloutd.store import lease, queries
+from rolloutd.store.models import Action
 from tests.twins import Clock, Twins
 
 if TYPE_CHECKING:
@@ -62,7 +65,9 @@ PLAN = {
 class Harness:
     """A leader (lease held in the database), a reconciler and one rollout."""
 
-    def __init__(self, store: StoreHandle, router: Router | None = None) -> None:
+    def __init__(
+        self, store: StoreHandle, router: Router | None = None, plan: dict[str, Any] | None = None
+    ) -> None:
         self.store = store
         self.clock = Clock(T0)
         self.router = router or MemoryRouter()
@@ -78,7 +83,7 @@ class Harness:
             instance="test",
         )
         with store.sessions.begin() as session:
-            loaded = parse_plan(yaml.safe_dump(PLAN), "plan.yaml")
+            loaded = parse_plan(yaml.safe_dump(plan or PLAN), "plan.yaml")
             self.rollout_id = start_rollout(session, loaded, actor="alice", now=self.clock())
 
     def acquire(self, holder: str) -> lease.Held:
@@ -175,27 +180,33 @@ def test_abort_from_rolloutctl_rolls_back(store: StoreHandle) -> None:
     assert "tool arguments look wrong" in command.detail
 
 
-def test_pending_actions_are_replayed_after_a_crash(store: StoreHandle) -> None:
-    """An action written as pending but never performed (a crash) is performed on the next tick."""
+def test_an_attempt_written_but_never_performed_is_performed_on_the_next_tick(
+    store: StoreHandle,
+) -> None:
+    """A crash between the decision's commit and its attempt: the next tick, with a router that
+    never saw the change, performs the attempt toward the stored fact (no drift: it was owed)."""
     h = Harness(store)
     h.tick()
     with store.sessions.begin() as session:
-        queries.enqueue_actions(
-            session,
-            rollout_id=h.rollout_id,
-            actions=[("step-0/weight-5", "set_weight", {"weight": 5, "mirror": False})],
-            now=h.clock(),
-        )
-    fresh = MemoryRouter()  # the load balancer lost its state, too
-    h.reconciler.drivers = Twins(fresh, h.metrics)
+        (row,) = [a for a in _actions(session, h.rollout_id) if a.kind == "set_weight"]
+        queries.reopen_action(session, row.id)
+    fresh = MemoryRouter()
+    h.reconciler = Reconciler(
+        store.sessions,
+        Twins(fresh, h.metrics),
+        clock=h.clock,
+        lease=lambda: h.held,
+        instance="test",
+    )
     h.tick(seconds=5)
     assert fresh.read_weight().weight == 5
+    assert "drift" not in h.events()
     with store.sessions() as session:
         assert queries.pending_actions(session, h.rollout_id) == []
 
 
 def test_router_drift_is_repaired_and_recorded(store: StoreHandle) -> None:
-    """When someone changes the weight behind rolloutd's back, the recorded weight is re-applied."""
+    """When someone changes the weight behind rolloutd's back, the desired weight is re-applied."""
     h = Harness(store)
     h.tick()
     h.tick(seconds=5)
@@ -224,8 +235,8 @@ def test_a_weight_the_router_does_not_take_keeps_the_step_unreached_and_alerts(
         pending = {a.key for a in queries.pending_actions(session, h.rollout_id)}
         done = queries.done_action_keys(session, h.rollout_id)
     assert rollout.progress["step_verified_at"] is None
-    assert "step-0/weight-5" in pending
-    assert "alert/stuck/step-0/weight-5" in done
+    assert "weight@gen1=5" in pending
+    assert "alert/stuck/weight@gen1=5" in done
     assert h.events().count("action_failed") >= STUCK_AFTER_ATTEMPTS
 
 
@@ -319,3 +330,9 @@ def test_a_transient_router_failure_is_retried_on_the_next_tick(store: StoreHand
     with store.sessions() as session:
         rollout = queries.get_rollout(session, h.rollout_id)
     assert rollout.progress["step_verified_at"] is not None
+
+
+def _actions(session: Session, rollout_id: int) -> list[Action]:
+    """Every action row of the rollout, oldest first."""
+    query = select(Action).where(Action.rollout_id == rollout_id).order_by(Action.id)
+    return list(session.scalars(query))

@@ -6,6 +6,8 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta
 
 from rolloutd.analysis.base import MetricsSource
+from rolloutd.deploy.base import Executor
+from rolloutd.deploy.executors import build_executor
 from rolloutd.plan import Plan
 from rolloutd.routers.base import Router
 
@@ -26,14 +28,21 @@ class Clock:
 
 
 class Twins:
-    """Drivers that hand out the test's own router and metrics."""
+    """Drivers that hand out the test's own router, metrics and (if given) executor; without
+    one, the executor the plan names."""
 
-    def __init__(self, router: Router, metrics: MetricsSource) -> None:
+    def __init__(
+        self, router: Router, metrics: MetricsSource, executor: Executor | None = None
+    ) -> None:
         self._router = router
         self._metrics = metrics
+        self._executor = executor
 
     def router(self, rollout_id: int, plan: Plan) -> Router:
         return self._router
 
     def metrics(self, rollout_id: int, plan: Plan) -> MetricsSource:
         return self._metrics
+
+    def executor(self, rollout_id: int, plan: Plan) -> Executor:
+        return self._executor if self._executor is not None else build_executor(plan)

@@ -27,6 +27,7 @@ import httpx
 import structlog
 from sqlalchemy.orm import Session, sessionmaker
 
+from rolloutd import retry
 from rolloutd.alerts.webhooks import Webhooks
 from rolloutd.redact import scrub
 from rolloutd.store import queries
@@ -78,10 +79,9 @@ def _seconds(header: str | None) -> float:
 
 
 def backoff(attempts: int) -> timedelta:
-    """The wait after the ``attempts``-th failure in a row: 2 s, 4 s, 8 s ... at most 60 s."""
-    doublings = min(max(attempts - 1, 0), 16)
-    wait: timedelta = BACKOFF_FIRST * (1 << doublings)
-    return min(wait, BACKOFF_CAP)
+    """The wait after the ``attempts``-th failure in a row: 2 s, 4 s, 8 s ... at most 60 s
+    (a webhook recovers sooner than an engine, and alerts are urgent)."""
+    return retry.backoff(attempts, cap=BACKOFF_CAP, first=BACKOFF_FIRST)
 
 
 @dataclass(frozen=True)

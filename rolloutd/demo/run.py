@@ -27,6 +27,8 @@ from rolloutd.demo.clock import ScaledClock
 from rolloutd.demo.plan import ENGINE_CONFIGS, demo_plan_yaml
 from rolloutd.demo.scenarios import Scenario
 from rolloutd.demo.splitter import Splitter
+from rolloutd.deploy.base import Executor
+from rolloutd.deploy.executors import build_executor
 from rolloutd.operations import history_view, start_rollout, status_view, submit_command
 from rolloutd.plan import Plan
 from rolloutd.planfile import load_plan
@@ -82,6 +84,9 @@ class DemoDrivers:
 
     def metrics(self, rollout_id: int, plan: Plan) -> MetricsSource:
         return self._metrics
+
+    def executor(self, rollout_id: int, plan: Plan) -> Executor:
+        return build_executor(plan)
 
 
 @dataclass

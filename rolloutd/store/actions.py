@@ -1,8 +1,11 @@
-"""The intent log: side effects written as pending before they run, marked done after.
+"""The journal of attempts: side effects written as pending before they run, marked done after.
 
-Every action has a deterministic key (for example ``<rollout>-<plan hash>-<step>-weights``), so
-enqueueing the same actions again after a crash adds nothing, and the daemon replays exactly the
-pending ones.
+Every action has a deterministic key (``weight@gen7=0``, ``rollback/deploy/gpu-d``, ...), so
+enqueueing the same actions again after a crash adds nothing. A weight attempt serves one
+generation of the rollout's desired weight; when a newer generation is written, the older
+attempts still open are marked ``superseded`` in the same transaction and never performed.
+An attempt that failed for good is ``failed`` (it may be tried again after a long wait, while
+its fact is still the current one).
 """
 
 from __future__ import annotations
@@ -19,6 +22,7 @@ from rolloutd.store.models import Action
 from rolloutd.store.upserts import insert_on_conflict
 
 ActionOutcome = Literal["done", "failed"]
+OPEN = ("pending", "failed")
 
 
 def enqueue_actions(
@@ -65,6 +69,56 @@ def pending_actions(session: Session, rollout_id: int | None = None) -> list[Act
     return list(session.scalars(query.order_by(Action.created_at, Action.id)))
 
 
+def open_actions(session: Session, rollout_id: int) -> list[Action]:
+    """A rollout's actions not performed yet (pending, or failed and to be tried again)."""
+    query = select(Action).where(Action.rollout_id == rollout_id, Action.status.in_(OPEN))
+    return list(session.scalars(query.order_by(Action.created_at, Action.id)))
+
+
+def action_by_key(session: Session, rollout_id: int, key: str) -> Action | None:
+    """The rollout's action under ``key``, if there is one."""
+    return session.scalar(select(Action).where(Action.rollout_id == rollout_id, Action.key == key))
+
+
+def supersede_weight_attempts(
+    session: Session, rollout_id: int, *, current: str, now: datetime
+) -> list[str]:
+    """Mark every open weight attempt of the rollout other than ``current`` superseded.
+
+    :returns: the keys that were superseded.
+    """
+    stale = list(
+        session.scalars(
+            select(Action.key).where(
+                Action.rollout_id == rollout_id,
+                Action.kind == "set_weight",
+                Action.status.in_(OPEN),
+                Action.key != current,
+            )
+        )
+    )
+    if stale:
+        session.execute(
+            update(Action)
+            .where(Action.rollout_id == rollout_id, Action.key.in_(stale))
+            .values(status="superseded", done_at=now)
+        )
+    return stale
+
+
+def reopen_action(session: Session, action_id: int) -> None:
+    """Make a performed attempt pending again: the world lost what it did (drift).
+
+    :raises NotFound: when there is no such action.
+    """
+    action = _get_action(session, action_id)
+    action.status = "pending"
+    action.done_at = None
+    action.attempts = 0
+    action.next_attempt_at = None
+    session.flush()
+
+
 def finish_action(
     session: Session,
     action_id: int,
@@ -86,20 +140,29 @@ def finish_action(
 
 
 def bump_action_attempt(
-    session: Session, action_id: int, *, error: str, retry_at: datetime | None = None
+    session: Session,
+    action_id: int,
+    *,
+    error: str,
+    retry_at: datetime | None = None,
+    permanent: bool = False,
 ) -> None:
-    """Count one more failed attempt at a still-pending action, keeping the newest error;
-    ``retry_at`` (wall clock) holds the next attempt back until then.
+    """Count one more failed attempt at an open action, keeping the newest error;
+    ``retry_at`` (wall clock) holds the next attempt back until then. A ``permanent``
+    failure marks the attempt ``failed``.
 
     :raises NotFound: when there is no such action.
     """
+    values: dict[str, Any] = {
+        "attempts": Action.attempts + 1,
+        "last_error": error,
+        "next_attempt_at": retry_at,
+    }
+    if permanent:
+        values["status"] = "failed"
     result = cast(
         CursorResult[Any],
-        session.execute(
-            update(Action)
-            .where(Action.id == action_id)
-            .values(attempts=Action.attempts + 1, last_error=error, next_attempt_at=retry_at)
-        ),
+        session.execute(update(Action).where(Action.id == action_id).values(**values)),
     )
     if result.rowcount != 1:
         raise NotFound(f"no action {action_id}")
@@ -111,16 +174,6 @@ def done_action_keys(session: Session, rollout_id: int) -> frozenset[str]:
         select(Action.key).where(Action.rollout_id == rollout_id, Action.status == "done")
     )
     return frozenset(keys)
-
-
-def last_done(session: Session, rollout_id: int, kind: str) -> Action | None:
-    """The most recently performed action of ``kind``: for weights, what the router should read."""
-    return session.scalar(
-        select(Action)
-        .where(Action.rollout_id == rollout_id, Action.kind == kind, Action.status == "done")
-        .order_by(Action.done_at.desc(), Action.id.desc())
-        .limit(1)
-    )
 
 
 def _get_action(session: Session, action_id: int) -> Action:

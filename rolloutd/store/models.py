@@ -43,7 +43,7 @@ NAMING_CONVENTION = {
 
 COMMAND_KINDS = ("promote", "abort", "pause", "resume")
 COMMAND_STATUSES = ("pending", "applied", "rejected")
-ACTION_STATUSES = ("pending", "done", "failed")
+ACTION_STATUSES = ("pending", "done", "failed", "superseded")
 GATE_ROLES = ("step", "trigger")
 ENGINES = ("trtllm", "vllm")
 

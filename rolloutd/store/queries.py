@@ -10,12 +10,15 @@ from __future__ import annotations
 
 from rolloutd.store.actions import (
     ActionOutcome,
+    action_by_key,
     bump_action_attempt,
     done_action_keys,
     enqueue_actions,
     finish_action,
-    last_done,
+    open_actions,
     pending_actions,
+    reopen_action,
+    supersede_weight_attempts,
 )
 from rolloutd.store.commands import (
     COMMANDS_CHANNEL,
@@ -48,6 +51,7 @@ __all__ = [
     "CommandOutcome",
     "GateRole",
     "StaleWrite",
+    "action_by_key",
     "add_command",
     "append_event",
     "bump_action_attempt",
@@ -57,15 +61,17 @@ __all__ = [
     "finish_action",
     "finish_command",
     "get_rollout",
-    "last_done",
     "latest_evaluations",
     "list_events",
     "list_rollouts",
     "list_steps",
+    "open_actions",
     "pending_actions",
     "pending_commands",
     "recent_values",
     "record_evaluation",
+    "reopen_action",
     "save_progress",
+    "supersede_weight_attempts",
     "upsert_step",
 ]

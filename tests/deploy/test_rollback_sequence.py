@@ -38,6 +38,9 @@ if TYPE_CHECKING:
     from conftest import StoreHandle
 
 MODEL = "atlas-70b"
+# The canary step's weight is the first generation of the desired weight, the rollback's 0%
+# the second.
+ROLLBACK_WEIGHT = "weight@gen2=0"
 pytestmark = [pytest.mark.postgres, pytest.mark.slow]
 
 # One tick of the reconciler in a child process; CRASH_KEY makes it SIGKILL itself while
@@ -203,7 +206,7 @@ def test_abort_redeploys_the_pinned_stable_set_and_verifies_it(world: World) -> 
     order = ["rollback_started", "artefacts_deployed", "replica_verified", "rolled_back"]
     assert [k for k in kinds if k in order] == order
     done = {k: a.status for k, a in world.actions().items()}
-    assert done["rollback/weight-0"] == done["rollback/deploy/c1"] == "done"
+    assert done[ROLLBACK_WEIGHT] == done["rollback/deploy/c1"] == "done"
     assert done["rollback/verify/c1"] == "done"
     with world.store.sessions.begin() as session:
         (record,) = session.scalars(select(DeployRecord)).all()
@@ -212,7 +215,7 @@ def test_abort_redeploys_the_pinned_stable_set_and_verifies_it(world: World) -> 
 
 @pytest.mark.parametrize(
     "crash_key",
-    ["rollback/weight-0", "rollback/deploy/c1", "rollback/verify/c1"],
+    [ROLLBACK_WEIGHT, "rollback/deploy/c1", "rollback/verify/c1"],
 )
 def test_a_kill_9_between_steps_resumes_where_it_stopped(world: World, crash_key: str) -> None:
     """SIGKILL after an action's effect, before its record: the next process replays it

@@ -178,7 +178,7 @@ def test_the_suites_schema_violations_feed_the_schema_gate(rollout_of: Any) -> N
     with rollout.store.sessions.begin() as session:
         run_ids = session.scalars(select(SuiteRun.id)).all()
     assert len(run_ids) == 2
-    source = rollout.reconciler._with_suite_counts(
+    source = rollout.reconciler.suites.with_suite_counts(
         rollout.metrics, rollout.id, rollout_progress(rollout)
     )
     assert isinstance(source, SuiteFedSource)

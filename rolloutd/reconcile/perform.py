@@ -1,0 +1,259 @@
+"""Performing actions: the one place where an attempt meets the world, and its outcome.
+
+Every attempt (a weight change, an alert, a redeploy, a verification) goes through
+:meth:`Performer.attempt`, and every failure becomes an outcome here, by its class (kopf's
+rule): a :class:`~rolloutd.errors.TemporaryError` backs off (its ``delay``, or 2 s doubling
+to 5 min) and alerts ``action_stuck`` on the third failure in a row; a
+:class:`~rolloutd.errors.PermanentError` (``nginx -t`` refuses, HAProxy has no such server)
+marks the attempt ``failed`` and alerts at once. Either way the rollout holds where it is,
+nothing is retried every tick, and a failed attempt is tried again only after the longest
+wait, while the fact it serves is still the current one: an operator's fix is picked up,
+and a fault that lasts costs at most a dozen events an hour.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Any
+
+import structlog
+from sqlalchemy.orm import Session
+
+from rolloutd import retry
+from rolloutd.alerts.enqueue import enqueue_rollout_alert
+from rolloutd.drivers import Drivers
+from rolloutd.errors import NotFound, PermanentError, RolloutdError, TemporaryError
+from rolloutd.plan import Plan
+from rolloutd.reconcile.shell import NotLeading, Shell
+from rolloutd.routers.base import Router
+from rolloutd.store import queries
+from rolloutd.store.lease import Held
+from rolloutd.store.models import Action
+
+log = structlog.get_logger("rolloutd.reconcile")
+
+# A temporary failure is alerted as stuck after this many attempts in a row.
+STUCK_AFTER_ATTEMPTS = 3
+
+
+@dataclass(frozen=True)
+class Attempt:
+    """An action row detached from its session."""
+
+    id: int
+    key: str
+    kind: str
+    payload: dict[str, Any]
+    attempts: int
+    status: str = "pending"
+    retry_at: datetime | None = None
+
+    @classmethod
+    def of(cls, row: Action) -> Attempt:
+        """Detach ``row``."""
+        return cls(
+            row.id,
+            row.key,
+            row.kind,
+            dict(row.payload),
+            row.attempts,
+            row.status,
+            row.next_attempt_at,
+        )
+
+    def waiting(self, wall: datetime) -> bool:
+        """Whether the attempt is backing off after a failure."""
+        return self.retry_at is not None and wall < self.retry_at
+
+
+class Performer:
+    """Performs attempts for the leader and records their outcomes."""
+
+    def __init__(self, shell: Shell, drivers: Drivers) -> None:
+        self.shell = shell
+        self.drivers = drivers
+
+    def attempt(
+        self, rollout_id: int, plan: Plan, router: Router | None, action: Attempt, bound: Any
+    ) -> bool:
+        """Perform ``action`` unless it is backing off; record the outcome.
+
+        :returns: whether it was performed and marked done.
+        :raises NotLeading: when the lease is not ours; nothing was performed.
+        """
+        if action.waiting(self.shell.wall()):
+            return False
+        held = self.shell.held()
+        now = self.shell.clock()
+        try:
+            if action.kind in ("deploy", "verify"):
+                self._deploy(rollout_id, plan, action, held, now)
+            else:
+                self._perform(router, action)
+        except NotLeading:
+            raise
+        except TemporaryError as exc:
+            wait = retry.wait_after(exc, action.attempts + 1)
+            self._failed(rollout_id, action, held, now, str(exc), wait, bound, permanent=False)
+            return False
+        except (RolloutdError, ValueError) as exc:
+            # Retrying will not help soon; it is tried again after the longest wait, in case
+            # someone fixed what refused it.
+            self._failed(rollout_id, action, held, now, str(exc), retry.CAP, bound, permanent=True)
+            return False
+        with self.shell.write(held) as session:
+            if action.kind == "alert":
+                self._alert(session, rollout_id, action)
+            queries.finish_action(session, action.id, status="done", now=self.shell.clock())
+        return True
+
+    def _perform(self, router: Router | None, action: Attempt) -> None:
+        if action.kind == "set_weight":
+            if router is None:
+                raise PermanentError("no router to set the weight on")
+            weight, mirror = int(action.payload["weight"]), bool(action.payload["mirror"])
+            router.set_weight(weight, mirror=mirror)
+            state = router.read_weight()
+            if state.weight != weight:
+                raise TemporaryError(f"router reads {state.weight}% after setting {weight}%")
+        elif action.kind == "alert":
+            pass  # an alert is written to the outbox in the transaction that marks it done
+        else:
+            raise PermanentError(f"unknown action kind {action.kind!r}")
+
+    def _deploy(
+        self, rollout_id: int, plan: Plan, action: Attempt, held: Held, now: datetime
+    ) -> None:
+        """Redeploy a pinned set on a replica, or verify that it runs there (health and
+        digests), recording what happened; a failure raises and is retried with backoff."""
+        from rolloutd.deploy.catalog import get_set
+        from rolloutd.deploy.drills import record_deploy
+
+        name, set_name = str(action.payload["replica"]), str(action.payload["artefacts"])
+        replicas = {r.name: r for r in (*plan.pools.canary.replicas, *plan.pools.stable.replicas)}
+        if name not in replicas:
+            raise PermanentError(f"the plan has no replica {name!r}")
+        with self.shell.read() as session:
+            try:
+                pinned = get_set(session, set_name)
+            except NotFound as exc:
+                raise TemporaryError(str(exc)) from None
+        executor = self.drivers.executor(rollout_id, plan)
+        if action.kind == "deploy":
+            result = executor.deploy(replicas[name], pinned)
+            with self.shell.write(held) as session:
+                record_deploy(session, result, step="rollback", rollout_id=rollout_id, now=now)
+                if result.ok:
+                    what = "redeployed" if result.changed else "already runs"
+                    detail = f"{name} {what} the pinned set {set_name} ({pinned.digest[:12]})"
+                    self._event(session, rollout_id, "artefacts_deployed", detail, action, now)
+            if not result.ok:
+                raise TemporaryError(f"deploying {set_name} on {name} failed: {result.reason}")
+            return
+        verification = executor.verify(replicas[name], pinned)
+        if not verification.ok:
+            raise TemporaryError(f"{name} is not verified on {set_name}: {verification.reason}")
+        with self.shell.write(held) as session:
+            detail = (
+                f"{name} is healthy and serves the pinned set {set_name} ({pinned.digest[:12]})"
+            )
+            self._event(session, rollout_id, "replica_verified", detail, action, now)
+
+    def _event(
+        self,
+        session: Session,
+        rollout_id: int,
+        kind: str,
+        detail: str,
+        action: Attempt,
+        now: datetime,
+    ) -> None:
+        self.shell.event(
+            session,
+            rollout_id,
+            kind,
+            detail,
+            now=now,
+            dedup_key=f"{action.key}/{kind}",
+            data=dict(action.payload),
+        )
+
+    def _alert(self, session: Session, rollout_id: int, action: Attempt) -> None:
+        """Queue the alert's Slack messages in ``session``, which also marks the action done.
+
+        One transaction: a crash leaves either both (the sender delivers) or neither (the
+        replay queues them again, under the same keys). Outbox times are wall-clock times:
+        the sender paces and retries in real seconds even when rollout time is scaled.
+        """
+        payload = dict(action.payload)
+        topic, severity, text = payload.pop("topic"), payload.pop("severity"), payload.pop("text")
+        queued = enqueue_rollout_alert(
+            session,
+            queries.get_rollout(session, rollout_id),
+            key=action.key,
+            topic=str(topic),
+            severity=str(severity),
+            text=str(text),
+            data=payload,
+            now=self.shell.wall(),
+        )
+        level = {"critical": "error", "warning": "warning"}.get(str(severity), "info")
+        getattr(log, level)("alert", rollout=rollout_id, topic=topic, text=text, queued=queued)
+
+    def _failed(
+        self,
+        rollout_id: int,
+        action: Attempt,
+        held: Held,
+        now: datetime,
+        error: str,
+        wait: timedelta,
+        bound: Any,
+        *,
+        permanent: bool,
+    ) -> None:
+        attempt = action.attempts + 1
+        bound.warning(
+            "action failed", key=action.key, attempt=attempt, error=error, permanent=permanent
+        )
+        with self.shell.write(held) as session:
+            queries.bump_action_attempt(
+                session,
+                action.id,
+                error=error,
+                retry_at=self.shell.wall() + wait,
+                permanent=permanent,
+            )
+            how = "refused" if permanent else "failed"
+            self.shell.event(
+                session,
+                rollout_id,
+                "action_failed",
+                f"{action.key} {how} (attempt {attempt}; next try in {_seconds(wait)}): {error}",
+                now=now,
+                dedup_key=f"{action.key}/attempt-{attempt}",
+                data={"key": action.key, "attempt": attempt, "permanent": permanent},
+            )
+            if permanent or attempt == STUCK_AFTER_ATTEMPTS:
+                # The key makes it one alert per attempt, however long the fault lasts.
+                queries.enqueue_actions(
+                    session,
+                    rollout_id=rollout_id,
+                    actions=[
+                        (
+                            f"alert/stuck/{action.key}",
+                            "alert",
+                            {
+                                "topic": "action_stuck",
+                                "severity": "critical",
+                                "text": f"{action.key} keeps failing: {error}",
+                            },
+                        )
+                    ],
+                    now=now,
+                )
+
+
+def _seconds(wait: timedelta) -> str:
+    return f"{wait.total_seconds():g} s"
