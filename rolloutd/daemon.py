@@ -5,6 +5,12 @@ or stop the scheduler to match, keep one tick job per active rollout, and tell s
 it is alive. APScheduler runs with an in-memory job store, started paused and resumed
 only while this instance leads (its docs forbid sharing a job store between schedulers).
 On any database error the leader stops acting first and asks questions later.
+
+Three clocks: rollout time (bakes, deadlines) is an :class:`~rolloutd.clock.AnchoredClock`,
+so a step of the wall clock neither stretches nor shortens a bake; liveness (``/healthz``)
+is monotonic; leases, alerts and APScheduler's run times are on the wall clock. Each step
+of the wall clock is recorded once as a ``clock_jump`` event, and every job is run at once
+so that a step back does not hold the ticks up for as long as it stepped.
 """
 
 from __future__ import annotations
@@ -19,6 +25,7 @@ import threading
 import time
 import uuid
 from collections.abc import Callable
+from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from types import FrameType
@@ -34,6 +41,7 @@ from sqlalchemy.exc import SQLAlchemyError
 from rolloutd.alerts.enqueue import enqueue_leadership_alert
 from rolloutd.alerts.sender import Sender
 from rolloutd.alerts.webhooks import Webhooks
+from rolloutd.clock import AnchoredClock, utc_now
 from rolloutd.drivers import Drivers, PlanDrivers
 from rolloutd.errors import PermanentError, RolloutdError
 from rolloutd.health import HealthServer
@@ -55,11 +63,28 @@ Clock = Callable[[], datetime]
 SENDER_JOB = "alert-sender"
 # The sender paces each webhook to one message a second; it looks for work twice as often.
 SEND_EVERY_SECONDS = 0.5
+# Without rollouts nothing bakes, and a step under a second delays the alert sender by less
+# than one main-loop turn (and chrony/ntpd slew rather than step offsets that small).
+IDLE_JUMP_THRESHOLD = timedelta(seconds=1)
 
 
-def utc_now() -> datetime:
-    """The wall clock, in UTC."""
-    return datetime.now(UTC)
+@dataclass(frozen=True)
+class _Jump:
+    """A step of the wall clock, the ``number``-th this process saw, noticed at ``at``."""
+
+    number: int
+    step: timedelta
+    at: datetime
+
+    def detail(self) -> str:
+        """The event's sentence, for operators reading the audit log."""
+        seconds = self.step.total_seconds()
+        direction = "back" if seconds < 0 else "forward"
+        size = f"{abs(seconds):.1f}".removesuffix(".0")
+        return (
+            f"the wall clock stepped {direction} {size} s; bakes and deadlines keep counting "
+            "elapsed time"
+        )
 
 
 class Daemon:
@@ -70,8 +95,9 @@ class Daemon:
         settings: Settings,
         *,
         drivers: Drivers | None = None,
-        clock: Clock = utc_now,
+        clock: Clock | None = None,
         wall: Clock = utc_now,
+        monotonic: Callable[[], float] = time.monotonic,
         loop_seconds: float = 1.0,
         health_port: int | None = None,
         notifier: Notifier | None = None,
@@ -80,8 +106,11 @@ class Daemon:
         self.url = settings.database_url.get_secret_value()
         self.engine = make_engine(self.url, lease_ttl_seconds=settings.lease_ttl_seconds)
         self.sessions = session_factory(self.engine)
-        self.clock = clock
         self.wall = wall
+        self.monotonic = monotonic
+        # Watches the wall clock for steps, whichever clock the rollouts run on.
+        self.anchored = AnchoredClock(wall=wall, monotonic=monotonic)
+        self.clock = clock or self.anchored
         self.loop_seconds = loop_seconds
         self.ttl = timedelta(seconds=settings.lease_ttl_seconds)
         self.instance = settings.instance_name or f"{socket.gethostname()}:{os.getpid()}"
@@ -90,11 +119,13 @@ class Daemon:
         self.held: lease.Held | None = None
         self.stopping = threading.Event()
         self.reload_requested = threading.Event()
-        self.last_loop = wall()
+        self.last_loop = monotonic()
+        self._jumps_seen = 0
+        self._jumps: list[_Jump] = []  # steps of the wall clock not recorded yet
         self.reconciler = Reconciler(
             self.sessions,
             drivers or PlanDrivers(),
-            clock=clock,
+            clock=self.clock,
             lease=lambda: self.held,
             instance=self.instance,
             wall=wall,
@@ -145,8 +176,9 @@ class Daemon:
             if self.reload_requested.is_set():
                 self.reload_requested.clear()
                 self._reload()
+            self._check_wall_clock()
             self._lead_or_stand_by()
-            self.last_loop = self.wall()
+            self.last_loop = self.monotonic()
             if not ready:
                 self.notifier.ready(self._status())
                 ready = True
@@ -230,7 +262,9 @@ class Daemon:
         log.info("health endpoint", url=f"http://{host}:{self._health.port}/healthz")
 
     def _health_report(self) -> tuple[bool, dict[str, Any]]:
-        age = (self.wall() - self.last_loop).total_seconds()
+        # Monotonic: a step back of the wall clock must not make a hung loop look fresh, nor a
+        # step forward make a live one look dead.
+        age = self.monotonic() - self.last_loop
         healthy = age < max(10 * self.loop_seconds, 5.0)
         held = self.held
         leading = held is not None and held.valid_at(self.wall())
@@ -307,14 +341,25 @@ class Daemon:
         if self.held is not None:
             self._sync_jobs()
 
-    def _daemon_event(self, session: Any, kind: str, detail: str, now: datetime) -> None:
+    def _daemon_event(
+        self,
+        session: Any,
+        kind: str,
+        detail: str,
+        now: datetime,
+        *,
+        data: dict[str, Any] | None = None,
+        dedup_key: str | None = None,
+    ) -> None:
         queries.append_event(
             session,
             rollout_id=None,
             kind=kind,
             actor=f"rolloutd@{self.instance}",
             detail=detail,
+            data=data,
             now=now,
+            dedup_key=dedup_key,
         )
 
     def _replay_all(self) -> None:
@@ -362,8 +407,55 @@ class Daemon:
                     IntervalTrigger(seconds=plan_of(rollout).trigger_interval.total_seconds()),
                     args=[rollout.id],
                     id=job_id,
-                    next_run_time=utc_now(),
+                    next_run_time=self.wall(),
                 )
+
+    # -- the wall clock ---------------------------------------------------------------------
+
+    def _check_wall_clock(self) -> None:
+        """Note a step of the wall clock once, run every job now, and record the step."""
+        step = self.anchored.jump(self._jump_threshold())
+        if step is not None:
+            now = self.wall()
+            log.warning(
+                "wall clock stepped", seconds=round(step.total_seconds(), 3), instance=self.instance
+            )
+            self._jumps_seen += 1
+            self._jumps.append(_Jump(self._jumps_seen, step, now))
+            # APScheduler 3 keeps run times on the wall clock: after a step back every job
+            # would wait as long as the clock stepped before it ran again.
+            for job in self.scheduler.get_jobs():
+                with contextlib.suppress(JobLookupError):
+                    self.scheduler.modify_job(job.id, next_run_time=now)
+        if self._jumps:
+            self._record_jumps()
+
+    def _jump_threshold(self) -> timedelta:
+        # A step shorter than the shortest tick interval moves a tick by less than one period,
+        # as a slow tick may: not worth an event or a reschedule.
+        intervals: list[timedelta] = [
+            job.trigger.interval for job in self.scheduler.get_jobs() if job.id.startswith("tick-")
+        ]
+        return min(intervals, default=IDLE_JUMP_THRESHOLD)
+
+    def _record_jumps(self) -> None:
+        try:
+            with transaction(self.sessions) as session:
+                for jump in self._jumps:
+                    self._daemon_event(
+                        session,
+                        "clock_jump",
+                        jump.detail(),
+                        jump.at,
+                        data={"step_seconds": round(jump.step.total_seconds(), 3)},
+                        # A write retried after an unclear commit records the jump once.
+                        dedup_key=f"clock_jump/{self.holder}/{jump.number}",
+                    )
+        except (RolloutdError, SQLAlchemyError) as exc:
+            # The log has the step already; the event is written on a later turn of the loop.
+            log.error("cannot record the clock jump", error=str(exc).splitlines()[0])
+            return
+        self._jumps.clear()
 
     # -- ticks ------------------------------------------------------------------------------
 
@@ -373,7 +465,7 @@ class Daemon:
             self._wakeups.add(rollout_id)
         # A rollout without a job is not active yet; the next job sync picks it up.
         with contextlib.suppress(JobLookupError):
-            self.scheduler.modify_job(f"tick-{rollout_id}", next_run_time=utc_now())
+            self.scheduler.modify_job(f"tick-{rollout_id}", next_run_time=self.wall())
 
     def _tick(self, rollout_id: int) -> None:
         bound = log.bind(rollout=rollout_id, instance=self.instance)
@@ -398,7 +490,7 @@ class Daemon:
             if self.held is not None:
                 with contextlib.suppress(JobLookupError):
                     self.scheduler.modify_job(
-                        f"tick-{rollout_id}", next_run_time=utc_now() + timedelta(seconds=1)
+                        f"tick-{rollout_id}", next_run_time=self.wall() + timedelta(seconds=1)
                     )
         except RolloutdError as exc:
             bound.error("tick failed", error=str(exc))

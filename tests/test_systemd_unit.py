@@ -173,10 +173,11 @@ def test_unit_leaves_networking_open(service: dict[str, list[str]]) -> None:
     assert service["RestrictAddressFamilies"] == ["AF_UNIX AF_INET AF_INET6"]
 
 
-def test_unit_orders_after_network_and_postgres(unit_text: str) -> None:
-    """It starts once the network is online and after a local Postgres."""
+def test_unit_orders_after_network_time_sync_and_postgres(unit_text: str) -> None:
+    """It starts once the network is online, after the clock is synchronised (rollout time is
+    anchored to the wall clock at start-up) and after a local Postgres."""
     unit = _directives(unit_text)
-    assert unit[("Unit", "After")] == ["network-online.target postgresql.service"]
+    assert unit[("Unit", "After")] == ["network-online.target time-sync.target postgresql.service"]
     assert unit[("Unit", "Wants")] == ["network-online.target"]
     assert unit[("Install", "WantedBy")] == ["multi-user.target"]
 

@@ -22,13 +22,14 @@ import ssl
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
 import certifi
 import httpx
 
+from rolloutd.clock import utc_now
 from rolloutd.evaluation.compare import Call, CaseResult, request_error, score_case
 from rolloutd.evaluation.results import RunRole, RunSummary
 from rolloutd.evaluation.suite import Suite, SuiteCase
@@ -86,14 +87,23 @@ def run_suite(
     options: RunnerOptions | None = None,
     progress: Progress | None = None,
     transport: httpx.AsyncBaseTransport | None = None,
+    clock: Callable[[], datetime] = utc_now,
 ) -> RunSummary:
     """Ask ``endpoint`` every case of ``suite`` and score the answers (blocks until done).
 
-    Runs its own event loop; from async code, await :func:`run_suite_async` instead.
+    ``clock`` stamps the run's start and finish: the wall clock, unless the run belongs to a
+    rollout, whose clock its times are compared with. Runs its own event loop; from async
+    code, await :func:`run_suite_async` instead.
     """
     return asyncio.run(
         run_suite_async(
-            suite, endpoint, role=role, options=options, progress=progress, transport=transport
+            suite,
+            endpoint,
+            role=role,
+            options=options,
+            progress=progress,
+            transport=transport,
+            clock=clock,
         )
     )
 
@@ -106,10 +116,11 @@ async def run_suite_async(
     options: RunnerOptions | None = None,
     progress: Progress | None = None,
     transport: httpx.AsyncBaseTransport | None = None,
+    clock: Callable[[], datetime] = utc_now,
 ) -> RunSummary:
     """The coroutine behind :func:`run_suite`."""
     options = options or RunnerOptions()
-    started = datetime.now(UTC)
+    started = clock()
     results: list[CaseResult | None] = [None] * len(suite.cases)
     queue: asyncio.Queue[int] = asyncio.Queue()
     for index in range(len(suite.cases)):
@@ -154,7 +165,7 @@ async def run_suite_async(
         role,
         cases,
         started,
-        datetime.now(UTC),
+        clock(),
         extra={"model": model, "seed": options.seed, "concurrency": options.concurrency},
     )
 

@@ -17,7 +17,7 @@ answers the same way each day.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import replace
 from datetime import datetime
 from pathlib import Path
@@ -26,6 +26,7 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from rolloutd.actions import Verdict
 from rolloutd.analysis.base import Evaluation, Role
+from rolloutd.clock import utc_now
 from rolloutd.errors import BadInput
 from rolloutd.evaluation import records
 from rolloutd.evaluation.gate import combine, judge_suite
@@ -69,6 +70,7 @@ def run_suite_for_gate(
     now: datetime,
     base_dir: Path | None = None,
     options: RunnerOptions | None = None,
+    clock: Callable[[], datetime] = utc_now,
 ) -> Evaluation:
     """Run the gate's suite(s) on both endpoints, store the runs, and judge them.
 
@@ -76,6 +78,8 @@ def run_suite_for_gate(
     request errors, and too many make the verdict inconclusive) or for a suite file that
     cannot be read (inconclusive, with the file, line and field in the reason). ``options``
     defaults to the gate's concurrency; pass ``send_expected=True`` for the simulated fleet.
+    ``clock`` stamps the runs: pass the rollout's clock, since :func:`~.gate.suite_due` compares
+    their finish with the rollout's ``now``.
     """
     options = options or RunnerOptions(concurrency=spec.concurrency)
     labels: list[str] = []
@@ -89,7 +93,7 @@ def run_suite_for_gate(
                 Evaluation(name, role, Verdict.INCONCLUSIVE, now, reason=f"bad suite: {exc}")
             )
             continue
-        baseline, canary = _run_pair(sessions, plan, spec, suite, rollout_id, options)
+        baseline, canary = _run_pair(sessions, plan, spec, suite, rollout_id, options, clock)
         with transaction(sessions) as session:
             ids = {}
             for run in (baseline, canary):
@@ -148,6 +152,7 @@ def _run_pair(
     suite: Suite,
     rollout_id: int,
     options: RunnerOptions,
+    clock: Callable[[], datetime],
 ) -> tuple[RunSummary, RunSummary]:
     baseline_url, canary_url = endpoints(plan, spec)
     stored: RunSummary | None = None
@@ -158,9 +163,11 @@ def _run_pair(
             )
 
     async def both() -> Sequence[RunSummary]:
-        jobs = [run_suite_async(suite, canary_url, role="canary", options=options)]
+        jobs = [run_suite_async(suite, canary_url, role="canary", options=options, clock=clock)]
         if stored is None:
-            jobs.append(run_suite_async(suite, baseline_url, role="baseline", options=options))
+            jobs.append(
+                run_suite_async(suite, baseline_url, role="baseline", options=options, clock=clock)
+            )
         return await asyncio.gather(*jobs)
 
     runs = asyncio.run(both())

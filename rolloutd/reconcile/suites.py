@@ -97,6 +97,7 @@ class Suites:
                 step_index=step,
                 now=now,
                 options=options,
+                clock=self.clock,
             )
             log.info("suite run", rollout=rollout_id, gate=gate, verdict=result.verdict.value)
         except Exception as exc:  # a background thread: report, never die silently

@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import json
 from collections import Counter
+from datetime import UTC, datetime, timedelta
 
 import httpx
 
@@ -173,3 +174,22 @@ def test_the_stored_endpoint_has_no_credentials() -> None:
     """Userinfo and query strings are dropped from the endpoint kept with a run."""
     url = "https://ops:s3cret@engine.internal:8443/v1base/?api_key=abc"
     assert public_endpoint(url) == "https://engine.internal:8443/v1base"
+
+
+def test_a_run_is_stamped_by_the_clock_it_is_given(example_suite: Suite) -> None:
+    """The run's start and finish are the given clock's times, decades from the wall clock."""
+    past = datetime(1999, 12, 31, 23, 0, tzinfo=UTC)
+    times = iter([past, past + timedelta(minutes=5)])
+
+    async def answer(request: httpx.Request) -> httpx.Response:
+        return httpx.Response(200, json={"choices": [{"message": {"content": "no"}}]})
+
+    suite = dataclasses.replace(example_suite, cases=example_suite.cases[:2])
+    run = run_suite(
+        suite,
+        "http://e",
+        options=RunnerOptions(model="m"),
+        transport=httpx.MockTransport(answer),
+        clock=lambda: next(times),
+    )
+    assert (run.started_at, run.finished_at) == (past, past + timedelta(minutes=5))

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from rolloutd.actions import Verdict
 from rolloutd.evaluation import records
+from rolloutd.evaluation.gate import suite_due
 from rolloutd.evaluation.runner import RunnerOptions
 from rolloutd.evaluation.schedule import judge_stored, run_suite_for_gate
 from rolloutd.plan import SuiteGate
@@ -109,3 +111,50 @@ def test_an_unreadable_suite_is_inconclusive_not_an_exception(store: StoreHandle
     )
     assert evaluation.verdict is Verdict.INCONCLUSIVE
     assert "nope.jsonl: cannot read the suite" in evaluation.reason
+
+
+def test_runs_are_stamped_by_the_rollout_clock_so_they_count_in_its_step(
+    store: StoreHandle, tmp_path: Path
+) -> None:
+    """With a rollout clock decades ahead of the wall clock, the stored runs carry its time,
+    so the run counts as the current step's and the suite is not due again at once."""
+    small = tmp_path / "small.jsonl"
+    small.write_text("".join(EXAMPLE.read_text().splitlines(keepends=True)[:5]))
+    future = datetime(2099, 6, 1, 12, tzinfo=UTC)
+    stable, canary = start("exact", pool="stable"), start("exact", pool="canary")
+    try:
+        data = example_dict()
+        data["pools"]["stable"]["replicas"] = [{"name": "gpu-a", "url": stable.url}]
+        data["pools"]["canary"]["replicas"] = [{"name": "gpu-d", "url": canary.url}]
+        plan = plan_of(data)
+        with store.sessions.begin() as session:
+            rollout_id = seed_rollout(session)
+        spec = SuiteGate.model_validate(
+            {"kind": "suite", "suite": "small.jsonl", "rule": "max_drop", "every": "1d"}
+        )
+        run_suite_for_gate(
+            store.sessions,
+            plan=plan,
+            spec=spec,
+            name="g",
+            role="step",
+            rollout_id=rollout_id,
+            step_index=0,
+            now=future,
+            base_dir=tmp_path,
+            options=RunnerOptions(concurrency=4, send_expected=True),
+            clock=lambda: future,
+        )
+    finally:
+        stable.stop()
+        canary.stop()
+    with store.sessions() as session:
+        ran_at = records.last_run_at(session, rollout_id=rollout_id, gate="g", step_index=0)
+        runs = [
+            records.latest_run(session, rollout_id=rollout_id, role=role, gate="g")
+            for role in ("baseline", "canary")
+        ]
+    assert ran_at == future
+    assert all(run is not None and run.started_at == run.finished_at == future for run in runs)
+    entered = future - timedelta(minutes=1)
+    assert not suite_due(spec, last_run_at=ran_at, step_entered_at=entered, now=future)
