@@ -22,6 +22,7 @@ from rolloutd.reconcile import STUCK_AFTER_ATTEMPTS, NotLeading, Reconciler
 from rolloutd.routers.base import MemoryRouter, Router, RouterState
 from rolloutd.store import lease, queries
 from rolloutd.store.models import Action
+from rolloutd.store.models import Command as CommandRow
 from tests.twins import Clock, Twins
 
 if TYPE_CHECKING:
@@ -336,3 +337,28 @@ def _actions(session: Session, rollout_id: int) -> list[Action]:
     """Every action row of the rollout, oldest first."""
     query = select(Action).where(Action.rollout_id == rollout_id).order_by(Action.id)
     return list(session.scalars(query))
+
+
+def test_a_command_that_arrives_during_a_tick_is_handled_after_it_was_made(
+    store: StoreHandle,
+) -> None:
+    """An abort written with a later time than the tick's start (it arrived while the tick
+    ran) is handled, and its rollback recorded, no earlier than the abort itself: the
+    history reads request, then rollback."""
+    h = Harness(store)
+    h.tick()
+    h.tick(seconds=5)
+    made_at = h.clock() + timedelta(seconds=3)
+    with store.sessions.begin() as session:
+        submit_command(
+            session, h.rollout_id, "abort", actor="alice", reason="bad canary", now=made_at
+        )
+    assert h.tick() == "rolling_back"
+    with store.sessions() as session:
+        events = queries.list_events(session, h.rollout_id)
+        (command,) = session.scalars(select(CommandRow)).all()
+    kinds = [e.kind for e in events]
+    assert kinds.index("command") < kinds.index("rollback_started")
+    (started,) = [e for e in events if e.kind == "rollback_started"]
+    assert started.at >= made_at
+    assert command.handled_at is not None and command.handled_at >= made_at
