@@ -13,6 +13,10 @@ mean) and its prompt+output length (``agent_request_tokens``; the engines' token
 stop at 1,000 or 5,000 tokens, below the ``max_seq_len`` the capacity gate checks). The
 simulated gateway observes the engine's simulated duration, not the wall clock, because the
 simulated engines run faster than real time.
+
+What the series are called, their HELP, labels and buckets, and what counts, is the contract in
+``rolloutd.gateway`` (with the reference exporter a real gateway embeds); this module only
+counts the generator's events against it.
 """
 
 from __future__ import annotations
@@ -27,39 +31,16 @@ from prometheus_client import CollectorRegistry, start_http_server
 from prometheus_client.core import CounterMetricFamily, HistogramMetricFamily, Metric
 from prometheus_client.registry import Collector
 
-COUNTERS = (
-    "sessions",
-    "escalations",
-    "tool_calls",
-    "schema_violations",
-    "requests",
-    "timeouts",
-    "errors",
-)
-_HELP = {
-    "sessions": "Agent sessions started, by the pool that served them.",
-    "escalations": "Sessions handed over to a human.",
-    "tool_calls": "Tool calls the model made.",
-    "schema_violations": "Tool calls whose arguments violate the tool's JSON schema.",
-    "requests": "Model requests sent by the gateway.",
-    "timeouts": "Model requests that timed out (queue timeout or client timeout).",
-    "errors": "Model requests that failed otherwise.",
-}
+from rolloutd import gateway as contract
 
-HISTOGRAMS: dict[str, tuple[float, ...]] = {
-    "request_duration_seconds": (
-        *(0.25, 0.5, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 18, 20),
-        *(25, 30, 40, 60, 90, 120),
-    ),
-    "request_tokens": (
-        *(256, 512, 1024, 2048, 3072, 4096, 5120, 6144, 6656, 7168, 7680, 8192),
-        *(10240, 12288, 16384, 24576, 32768, 49152, 65536, 131072),
-    ),
+# The contract lives in rolloutd.gateway; this module keys it by the short names ``add`` and
+# ``observe`` take ("sessions", "request_duration_seconds").
+_COUNTERS = {
+    spec.name.removeprefix("agent_").removesuffix("_total"): spec for spec in contract.COUNTERS
 }
-_HISTOGRAM_HELP = {
-    "request_duration_seconds": "End-to-end duration of answered model requests, seconds.",
-    "request_tokens": "Prompt plus output tokens of answered model requests.",
-}
+_HISTOGRAMS = {spec.name.removeprefix("agent_"): spec for spec in contract.HISTOGRAMS}
+COUNTERS = tuple(_COUNTERS)
+HISTOGRAMS: dict[str, tuple[float, ...]] = {key: spec.buckets for key, spec in _HISTOGRAMS.items()}
 
 
 class _Histogram:
@@ -87,8 +68,16 @@ class AgentMetrics(Collector):
     """Thread-safe per-pool counters; also a prometheus_client collector."""
 
     def __init__(self) -> None:
-        self._counts: dict[str, dict[str, int]] = {}
-        self._histograms: dict[tuple[str, str], _Histogram] = {}
+        # Both pools' series exist from the start, as the contract's reference exporter
+        # makes them: a pool with no traffic yet reads 0, it is not absent.
+        self._counts: dict[str, dict[str, int]] = {
+            p: dict.fromkeys(COUNTERS, 0) for p in contract.POOLS
+        }
+        self._histograms: dict[tuple[str, str], _Histogram] = {
+            (p, name): _Histogram(bounds)
+            for p in contract.POOLS
+            for name, bounds in HISTOGRAMS.items()
+        }
         self._lock = threading.Lock()
         self._server: Any = None
 
@@ -129,16 +118,15 @@ class AgentMetrics(Collector):
         """The counters as ``agent_<counter>_total{pool}`` families."""
         counts = self.snapshot()
         for counter in COUNTERS:
-            family = CounterMetricFamily(f"agent_{counter}", _HELP[counter], labels=["pool"])
+            spec = _COUNTERS[counter]
+            family = CounterMetricFamily(spec.name, spec.help, labels=list(spec.labels))
             for pool in sorted(counts):
                 family.add_metric([pool], counts[pool][counter])
             yield family
         with self._lock:
             histograms = {key: h.exposition() for key, h in self._histograms.items()}
-        for name in HISTOGRAMS:
-            histogram = HistogramMetricFamily(
-                f"agent_{name}", _HISTOGRAM_HELP[name], labels=["pool"]
-            )
+        for name, spec in _HISTOGRAMS.items():
+            histogram = HistogramMetricFamily(spec.name, spec.help, labels=list(spec.labels))
             for (pool, of), (buckets, total) in sorted(histograms.items()):
                 if of == name:
                     histogram.add_metric([pool], buckets, total)

@@ -1,0 +1,341 @@
+"""The agent gateway's metrics contract, and a reference exporter a gateway can embed.
+
+rolloutd's gates judge what only the agent gateway (the service between users' agents and the
+engines) can see: sessions, escalations to a human, tool calls that break their schema, and
+requests as the client felt them. The gates read these as ``agent_*{pool}`` series, so their
+names, types, labels, buckets and above all *what counts* are a contract between rolloutd and
+every gateway. This module is that contract as code (``CONTRACT``) and a reference exporter
+(``GatewayMetrics``) built on it; the simulator's gateway reads its definitions from here.
+
+It imports only the standard library and prometheus_client, so a gateway can vendor this one
+file. What counts, in one place (``request_finished`` and friends repeat it where it is done):
+
+- ``agent_requests_total`` counts every model request the gateway finished: answered, timed
+  out or failed, so ``errors / requests`` and ``timeouts / requests`` are shares of all
+  requests. A retry is a new request.
+- ``agent_timeouts_total`` and ``agent_errors_total`` are disjoint: a timeout is the
+  gateway's own deadline expiring or the engine (or router) giving up on a request that
+  waited too long in its queue; every other failure is an error.
+- The histograms observe *answered* requests only: a failed request has no answer to measure,
+  and a timeout's duration is the deadline, which would drag the latency quantile towards it
+  and count again what the timeout rate already judges.
+- Both pools' series exist from the start at 0, so a pool without events reads as a live
+  zero, never as an absent series (which the gates treat as "no data", inconclusive).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+from itertools import pairwise
+from typing import Any, Literal
+
+from prometheus_client import CollectorRegistry, Counter, Histogram, start_http_server
+
+POOL_LABEL = "pool"
+POOLS = ("stable", "canary")
+UNKNOWN_POOL = "unknown"
+"""The pool of a request that failed before any pool answered it; no gate reads it."""
+
+Outcome = Literal["ok", "timeout", "error"]
+
+
+@dataclass(frozen=True)
+class MetricSpec:
+    """One metric of the contract: how PromQL names it, its type, labels, HELP and what counts."""
+
+    name: str
+    """The series name the gate templates select (``agent_sessions_total``)."""
+    kind: Literal["counter", "histogram"]
+    help: str
+    counts: str
+    """What one increment (counter) or one observation (histogram) is."""
+    buckets: tuple[float, ...] = ()
+    """A histogram's finite upper bounds, ascending; ``+Inf`` is implied."""
+    labels: tuple[str, ...] = (POOL_LABEL,)
+
+    @property
+    def family(self) -> str:
+        """The family name a parser reports: a counter's name without ``_total``."""
+        return self.name.removesuffix("_total") if self.kind == "counter" else self.name
+
+
+# Fine (1 s) steps where agent latency targets usually sit, coarser beyond, to 2 minutes.
+DURATION_BUCKETS: tuple[float, ...] = (
+    *(0.25, 0.5, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 18, 20),
+    *(25, 30, 40, 60, 90, 120),
+)
+# Every power-of-two max_seq_len is an edge, with 512-token steps below 8,192; the engines'
+# own token histograms stop at 1,000 or 5,000, below the max_seq_len the capacity gate checks.
+TOKEN_BUCKETS: tuple[float, ...] = (
+    *(256, 512, 1024, 2048, 3072, 4096, 5120, 6144, 6656, 7168, 7680, 8192),
+    *(10240, 12288, 16384, 24576, 32768, 49152, 65536, 131072),
+)
+
+SESSIONS = MetricSpec(
+    "agent_sessions_total",
+    "counter",
+    "Agent sessions started, by the pool that served them.",
+    "a session, once, on the pool that answered its first model request",
+)
+ESCALATIONS = MetricSpec(
+    "agent_escalations_total",
+    "counter",
+    "Sessions handed over to a human.",
+    "a session handed over to a human, once, on the pool that served it",
+)
+TOOL_CALLS = MetricSpec(
+    "agent_tool_calls_total",
+    "counter",
+    "Tool calls the model made.",
+    "each tool call in an answered model request",
+)
+SCHEMA_VIOLATIONS = MetricSpec(
+    "agent_schema_violations_total",
+    "counter",
+    "Tool calls whose arguments violate the tool's JSON schema.",
+    "a counted tool call naming a tool not offered, or whose arguments are not JSON or "
+    "violate the tool's schema (a subset of tool calls)",
+)
+REQUESTS = MetricSpec(
+    "agent_requests_total",
+    "counter",
+    "Model requests sent by the gateway: answered, timed out or failed.",
+    "each model request the gateway finished: answered, timed out or failed (a retry is "
+    "another request)",
+)
+TIMEOUTS = MetricSpec(
+    "agent_timeouts_total",
+    "counter",
+    "Model requests that timed out (queue timeout or client timeout).",
+    "a request whose deadline expired at the gateway, or that the engine or router gave up "
+    "on after queueing too long (e.g. a 503/504 queue timeout); not an error",
+)
+ERRORS = MetricSpec(
+    "agent_errors_total",
+    "counter",
+    "Model requests that failed otherwise.",
+    "a request that failed any other way: connection error, non-200 status, an answer that "
+    "is not a chat completion; not a timeout",
+)
+REQUEST_DURATION = MetricSpec(
+    "agent_request_duration_seconds",
+    "histogram",
+    "End-to-end duration of answered model requests, seconds.",
+    "an answered request's duration, from sending it to its last byte",
+    DURATION_BUCKETS,
+)
+REQUEST_TOKENS = MetricSpec(
+    "agent_request_tokens",
+    "histogram",
+    "Prompt plus output tokens of answered model requests.",
+    "an answered request's prompt plus output tokens (the engine's usage)",
+    TOKEN_BUCKETS,
+)
+
+COUNTERS: tuple[MetricSpec, ...] = (
+    SESSIONS,
+    ESCALATIONS,
+    TOOL_CALLS,
+    SCHEMA_VIOLATIONS,
+    REQUESTS,
+    TIMEOUTS,
+    ERRORS,
+)
+HISTOGRAMS: tuple[MetricSpec, ...] = (REQUEST_DURATION, REQUEST_TOKENS)
+CONTRACT: tuple[MetricSpec, ...] = (*COUNTERS, *HISTOGRAMS)
+
+_FAILURES = {"timeout": TIMEOUTS, "error": ERRORS}
+
+# --- bucket rules -----------------------------------------------------------------------------
+
+
+def latency_bucket_problem(
+    bounds: Sequence[float], target_seconds: float, *, max_gap: float = 0.25, headroom: float = 2.0
+) -> str | None:
+    """Why ``bounds`` cannot judge a latency gate's ``target_seconds``, or None if they can.
+
+    The gate decides only at bucket edges. It needs an edge at or above the target, no more
+    than ``max_gap`` above it (a quantile between the target and that edge can never be shown
+    slower than the target), and a last edge at least ``headroom`` times the target (a quantile
+    above the last edge is a measurement error, so a slow canary would read inconclusive).
+    """
+    problem = _shape_problem(bounds)
+    if problem is not None:
+        return problem
+    above = [bound for bound in bounds if bound >= target_seconds]
+    if not above:
+        return (
+            f"no bucket at or above the target {target_seconds:g}s (the last is {bounds[-1]:g}s):"
+            " the gate can never show the canary slower than the target"
+        )
+    if above[0] > target_seconds * (1 + max_gap):
+        return (
+            f"the first bucket at or above the target {target_seconds:g}s is {above[0]:g}s, more "
+            f"than {max_gap:.0%} above it: a quantile in between is never shown slower than the "
+            f"target; add an edge at {target_seconds:g}"
+        )
+    if bounds[-1] < target_seconds * headroom:
+        return (
+            f"the last bucket {bounds[-1]:g}s is below {headroom:g}x the target "
+            f"{target_seconds:g}s: a canary that slow reads as a measurement error, not a failure"
+        )
+    return None
+
+
+def token_bucket_problem(bounds: Sequence[float], max_seq_len: int) -> str | None:
+    """Why ``bounds`` cannot judge a capacity gate at ``max_seq_len``, or None if they can.
+
+    The capacity gate compares the p99 of prompt+output tokens with ``max_seq_len``; a p99
+    above the last finite edge is a measurement error, so the edges must reach the limit.
+    """
+    problem = _shape_problem(bounds)
+    if problem is not None:
+        return problem
+    if bounds[-1] < max_seq_len:
+        return (
+            f"the last bucket {bounds[-1]:g} tokens is below max_seq_len {max_seq_len}: a p99 "
+            "near the limit reads as a measurement error, not a failure"
+        )
+    return None
+
+
+def _shape_problem(bounds: Sequence[float]) -> str | None:
+    if not bounds:
+        return "no buckets"
+    if not all(math.isfinite(bound) and bound > 0 for bound in bounds):
+        return "buckets must be positive and finite (+Inf is implied)"
+    if any(later <= earlier for earlier, later in pairwise(bounds)):
+        return "buckets must be strictly ascending"
+    return None
+
+
+# --- the reference exporter -------------------------------------------------------------------
+
+
+class GatewayMetrics:
+    """The contract's series on a prometheus_client registry, and the calls that count them.
+
+    Thread-safe (prometheus_client's metrics are). Every method takes the pool that answered
+    (``stable`` or ``canary``, from the router's pool header), or ``unknown`` when none did.
+    Besides the contract's series, prometheus_client exports a ``<name>_created`` gauge per
+    series; the gates ignore them (``PROMETHEUS_DISABLE_CREATED_SERIES=True`` drops them).
+    """
+
+    def __init__(
+        self,
+        registry: CollectorRegistry | None = None,
+        *,
+        duration_buckets: Sequence[float] = DURATION_BUCKETS,
+        token_buckets: Sequence[float] = TOKEN_BUCKETS,
+    ) -> None:
+        """Register the contract's metrics on ``registry`` (a fresh one by default).
+
+        :raises ValueError: a bucket list is empty, not ascending or not finite.
+        """
+        for which, bounds in (("duration", duration_buckets), ("token", token_buckets)):
+            problem = _shape_problem(bounds)
+            if problem is not None:
+                raise ValueError(f"{which} buckets: {problem}")
+        self.registry = registry if registry is not None else CollectorRegistry()
+        self.duration_buckets = tuple(float(bound) for bound in duration_buckets)
+        self.token_buckets = tuple(float(bound) for bound in token_buckets)
+        self._counters = {spec.name: _counter(spec, self.registry) for spec in COUNTERS}
+        self._duration = _histogram(REQUEST_DURATION, self.duration_buckets, self.registry)
+        self._tokens = _histogram(REQUEST_TOKENS, self.token_buckets, self.registry)
+        # Series that exist read 0; absent ones read "no data" and leave a gate inconclusive.
+        for pool in POOLS:
+            for metric in (*self._counters.values(), self._duration, self._tokens):
+                metric.labels(pool=pool)
+        self._server: Any = None
+
+    def session_started(self, pool: str) -> None:
+        """Count a session, once, when its first model request finishes (the pool is known)."""
+        self._count(SESSIONS, pool)
+
+    def escalated(self, pool: str) -> None:
+        """Count a session handed over to a human, on the pool that served the session."""
+        self._count(ESCALATIONS, pool)
+
+    def tool_call(self, pool: str, *, schema_ok: bool) -> None:
+        """Count one tool call of an answered request; ``schema_ok=False`` when it names a tool
+        not offered, or its arguments are not JSON or violate the tool's schema."""
+        self._count(TOOL_CALLS, pool)
+        if not schema_ok:
+            self._count(SCHEMA_VIOLATIONS, pool)
+
+    def request_finished(
+        self,
+        pool: str,
+        *,
+        outcome: Outcome,
+        duration_s: float | None = None,
+        prompt_tokens: int | None = None,
+        output_tokens: int | None = None,
+    ) -> None:
+        """Count one finished model request and, if answered, observe its duration and tokens.
+
+        Every outcome counts in ``agent_requests_total``; ``timeout`` also in timeouts, ``error``
+        in errors. For ``ok`` the duration is required and the tokens are observed when both
+        are known (a streamed answer has usage only if the gateway asked for it); for the
+        others they are ignored.
+
+        :raises ValueError: an unknown outcome or pool, an ``ok`` without a duration, or a
+            negative duration or token count.
+        """
+        failure = _FAILURES.get(outcome)
+        if failure is None and outcome != "ok":
+            raise ValueError(f"unknown outcome {outcome!r}; known: ok, timeout, error")
+        label = _pool(pool)
+        if failure is not None:
+            self._counters[REQUESTS.name].labels(pool=label).inc()
+            self._counters[failure.name].labels(pool=label).inc()
+            return
+        if duration_s is None:
+            raise ValueError("an answered request needs its duration_s")
+        if duration_s < 0 or any(n is not None and n < 0 for n in (prompt_tokens, output_tokens)):
+            raise ValueError("durations and token counts cannot be negative")
+        self._counters[REQUESTS.name].labels(pool=label).inc()
+        self._duration.labels(pool=label).observe(duration_s)
+        if prompt_tokens is not None and output_tokens is not None:
+            self._tokens.labels(pool=label).observe(prompt_tokens + output_tokens)
+
+    def serve(self, port: int, addr: str = "127.0.0.1") -> str:
+        """Export ``/metrics`` on ``addr:port`` (0: a free port) in a thread; returns the URL.
+
+        Prometheus on another host needs ``addr="0.0.0.0"``. A gateway with its own HTTP
+        server can mount ``prometheus_client.make_wsgi_app(metrics.registry)`` (or
+        ``make_asgi_app``) at ``/metrics`` instead.
+        """
+        server, _thread = start_http_server(port, addr=addr, registry=self.registry)
+        self._server = server
+        host = f"[{addr}]" if ":" in addr else addr
+        return f"http://{host}:{server.server_port}"
+
+    def close(self) -> None:
+        """Stop the exporter started by ``serve()``; nothing if none runs."""
+        if self._server is not None:
+            self._server.shutdown()
+            self._server.server_close()
+            self._server = None
+
+    def _count(self, spec: MetricSpec, pool: str) -> None:
+        self._counters[spec.name].labels(pool=_pool(pool)).inc()
+
+
+def _pool(pool: str) -> str:
+    # A closed set of values: a typo ("Canary") would otherwise be a series no gate reads.
+    if pool not in (*POOLS, UNKNOWN_POOL):
+        raise ValueError(f"unknown pool {pool!r}; known: {', '.join((*POOLS, UNKNOWN_POOL))}")
+    return pool
+
+
+def _counter(spec: MetricSpec, registry: CollectorRegistry) -> Counter:
+    return Counter(spec.name, spec.help, spec.labels, registry=registry)
+
+
+def _histogram(
+    spec: MetricSpec, buckets: tuple[float, ...], registry: CollectorRegistry
+) -> Histogram:
+    return Histogram(spec.name, spec.help, spec.labels, buckets=buckets, registry=registry)
