@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 import click
 
 from rolloutd.actions import CommandKind
-from rolloutd.cli_errors import BAD_INPUT, run_cli
+from rolloutd.cli_errors import BAD_INPUT, REFUSED, run_cli
 from rolloutd.errors import BadInput
 
 if TYPE_CHECKING:
@@ -123,6 +123,58 @@ def plan_validate(files: tuple[str, ...]) -> None:
         sys.exit(BAD_INPUT)
 
 
+@plan.command("check")
+@click.argument("file", type=click.Path(dir_okay=True))
+@OUTPUT
+def plan_check(file: str, output: str) -> None:
+    """Ask the plan's Prometheus for every gate's signal on both pools, now.
+
+    Prints a row per gate, signal and pool: ok (with the value and samples), no data yet
+    (the series exist but there is no traffic or no fresh sample: it may come), or absent
+    (a series the signal needs does not exist: the gate can never be judged on these
+    engines; the reason names the series and the label). Exit 3 when a gate judged from
+    the first tick (the first step's gates, the rollback triggers) is absent: `start`
+    refuses such a plan unless given --force --reason.
+
+    \b
+    Examples:
+      rolloutctl plan check config/plans/atlas-70b-maxseq8192.yaml
+      rolloutctl plan check plan.yaml -o json | jq '.[] | select(.found == "absent")'
+    """
+    from rolloutd.planfile import load_plan
+
+    loaded = load_plan(file)
+    checks = _preflight(loaded.plan, file)
+    if checks is None:
+        click.echo(f"{file}: metrics source {loaded.plan.metrics.source!r}: nothing to check")
+        return
+    from rolloutd import render
+    from rolloutd.analysis.preflight import blocking
+
+    rows = [c.as_dict() for c in checks]
+    emit(rows, output, render.plan_checks)
+    if blocking(checks):
+        sys.exit(REFUSED)
+
+
+def _preflight(plan: Any, file: str) -> list[Any] | None:
+    """The preflight checks of ``plan`` against its Prometheus (None: not a Prometheus plan).
+
+    :raises BadInput: the plan's templates cannot serve it.
+    """
+    if plan.metrics.source != "prometheus":
+        return None
+    from rolloutd.analysis.preflight import check_plan
+    from rolloutd.drivers import PlanDrivers
+    from rolloutd.errors import PermanentError
+
+    try:
+        source = PlanDrivers().metrics(0, plan)
+    except PermanentError as exc:
+        raise BadInput.one(file, "metrics", str(exc)) from None
+    return check_plan(plan, source, _now())
+
+
 @cli.command()
 @click.argument("file", type=click.Path(dir_okay=True))
 @click.option(
@@ -130,32 +182,49 @@ def plan_validate(files: tuple[str, ...]) -> None:
     is_flag=True,
     help="Start a production rollout without a passed staging drill (audited and alerted).",
 )
-@click.option("--reason", "-r", help="Why the drill is skipped; required with --skip-drill.")
+@click.option(
+    "--force",
+    is_flag=True,
+    help="Start although a first-step gate's signal is absent (audited).",
+)
+@click.option(
+    "--reason", "-r", help="Why the drill is skipped or the preflight overridden; required then."
+)
 @OUTPUT
-def start(file: str, skip_drill: bool, reason: str | None, output: str) -> None:
+def start(file: str, skip_drill: bool, force: bool, reason: str | None, output: str) -> None:
     """Start a rollout of the plan in FILE and print its id.
 
     Refused (exit 3) while another rollout of the same service and environment is active,
     when an artefact set of the plan is not pinned or its files (where this host can read
     them) no longer match their digests, and, in production, without a passed staging
-    drill of the same artefact pair (see `rolloutctl drill`).
+    drill of the same artefact pair (see `rolloutctl drill`), and when a gate judged from
+    the first tick reads a signal that does not exist on the plan's Prometheus (see
+    `rolloutctl plan check`) unless --force --reason.
 
     \b
     Examples:
       rolloutctl start config/plans/atlas-70b-maxseq8192.yaml
       rolloutctl start plan.yaml --skip-drill --reason "hotfix, staging is down (INC-42)"
+      rolloutctl start plan.yaml --force --reason "gateway metrics land with this release"
     """
     from rolloutd.deploy.catalog import file_problems, find_set
     from rolloutd.errors import Refused
-    from rolloutd.operations import admission_problems, record_skipped_drill, start_rollout
+    from rolloutd.operations import (
+        admission_problems,
+        record_forced_preflight,
+        record_skipped_drill,
+        start_rollout,
+    )
     from rolloutd.planfile import load_plan
 
-    if skip_drill and not (reason or "").strip():
-        raise BadInput.one("--reason", "", "required with --skip-drill: it goes in the audit log")
-    if reason and not skip_drill:
-        raise BadInput.one("--reason", "", "only means something with --skip-drill")
+    if (skip_drill or force) and not (reason or "").strip():
+        flag = "--skip-drill" if skip_drill else "--force"
+        raise BadInput.one("--reason", "", f"required with {flag}: it goes in the audit log")
+    if reason and not (skip_drill or force):
+        raise BadInput.one("--reason", "", "only means something with --skip-drill or --force")
     loaded = load_plan(file)
     plan = loaded.plan
+    forced = _check_before_start(plan, file, force=force)
     with database() as session:
         problems = admission_problems(session, plan, skip_drill=skip_drill)
         pinned = [
@@ -175,9 +244,41 @@ def start(file: str, skip_drill: bool, reason: str | None, output: str) -> None:
             record_skipped_drill(
                 session, rollout_id, reason=reason.strip(), actor=operator_name(), now=_now()
             )
+        if forced and reason:
+            record_forced_preflight(
+                session,
+                rollout_id,
+                reason=reason.strip(),
+                absent=forced,
+                actor=operator_name(),
+                now=_now(),
+            )
     emit(
         {"id": rollout_id, "plan_hash": loaded.content_hash}, output, lambda d: click.echo(d["id"])
     )
+
+
+def _check_before_start(plan: Any, file: str, *, force: bool) -> list[str]:
+    """Refuse a plan whose first-step gates can never be judged, unless forced.
+
+    :returns: what was absent when ``force`` overrode it (for the audit log).
+    :raises Refused: a first-step gate's signal is absent and ``force`` is off.
+    """
+    from rolloutd.analysis.preflight import blocking
+    from rolloutd.errors import Refused
+
+    checks = _preflight(plan, file) or []
+    absent = [f"{c.gate} ({c.signal} on {c.pool}): {c.why}" for c in blocking(checks)]
+    if absent and not force:
+        raise Refused(
+            f"{file}: cannot start: these gates are judged from the first tick but can never "
+            "be judged on this Prometheus: " + "; ".join(absent) + " (see rolloutctl plan "
+            "check; --force --reason to start anyway)"
+        )
+    for check in checks:
+        if check.found == "no data yet":
+            click.echo(f"{file}: warning: {check.gate} on {check.pool}: {check.why}", err=True)
+    return absent
 
 
 @cli.command()

@@ -125,7 +125,7 @@ class PlanDrivers:
                 )
             # Imported here: the Prometheus client is the daemon's business, not the CLI's.
             from rolloutd.analysis.prometheus import PrometheusMetrics
-            from rolloutd.analysis.templates import load_templates
+            from rolloutd.analysis.templates import Labels, load_templates
             from rolloutd.errors import BadInput
 
             try:
@@ -133,7 +133,8 @@ class PlanDrivers:
                 return PrometheusMetrics(
                     spec.url,
                     templates,
-                    pool_label=spec.pool_label,
+                    labels=Labels(spec.pool_label, spec.gateway_pool_label, spec.model),
+                    scrape_interval=spec.scrape_interval,
                     timeout=spec.timeout,
                     disable_ssl=not spec.tls_verify,
                 )

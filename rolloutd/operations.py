@@ -69,24 +69,60 @@ def record_skipped_drill(
 ) -> None:
     """Keep ``--skip-drill`` in the audit log and alert about it (the daemon sends it)."""
     detail = f"started without a passed staging drill by {actor}: {reason}"
+    _record_override(session, rollout_id, "drill_skipped", "skip_drill", detail, reason, now, actor)
+
+
+def record_forced_preflight(
+    session: Session,
+    rollout_id: int,
+    *,
+    reason: str,
+    absent: list[str],
+    actor: str,
+    now: datetime,
+) -> None:
+    """Keep ``start --force`` over an absent first-step signal in the audit log, and alert."""
+    detail = (
+        f"started by {actor} although these gates cannot be judged: {'; '.join(absent)}: {reason}"
+    )
+    _record_override(
+        session, rollout_id, "preflight_forced", "preflight_forced", detail, reason, now, actor
+    )
+
+
+def _record_override(
+    session: Session,
+    rollout_id: int,
+    kind: str,
+    topic: str,
+    detail: str,
+    reason: str,
+    now: datetime,
+    actor: str,
+) -> None:
+    """An operator's override of a start check: an event, and a warning to the team."""
     queries.append_event(
         session,
         rollout_id=rollout_id,
-        kind="drill_skipped",
+        kind=kind,
         actor=actor,
         detail=detail,
         data={"reason": reason},
         now=now,
     )
-    text = f"Rollout {rollout_id} {detail}"
     queries.enqueue_actions(
         session,
         rollout_id=rollout_id,
         actions=[
             (
-                "alert/skip_drill",
+                f"alert/{topic}",
                 "alert",
-                {"topic": "skip_drill", "severity": "warning", "text": text, "reason": reason},
+                {
+                    "topic": topic,
+                    "severity": "warning",
+                    "text": f"Rollout {rollout_id} {detail}",
+                    "reason": reason,
+                },
             )
         ],
         now=now,

@@ -169,8 +169,18 @@ class MetricsSpec(_Spec):
     path: str | None = None
     templates: str | None = None
     pool_label: str = "pool"
+    """The label the scrape config puts on every engine target (stable or canary)."""
+    gateway_pool_label: str = "pool"
+    """The label the agent gateway puts on its own series."""
+    model: str | None = None
+    """The model the gates select, for templates that select one (a Triton ensemble serves
+    ``ensemble``, ``preprocessing``, ``tensorrt_llm``, ``postprocessing``: name one)."""
+    scrape_interval: Duration = timedelta(seconds=15)
+    """How often Prometheus scrapes the targets: a pool whose newest sample is older than two
+    intervals is not being scraped, and its counts are not data."""
     timeout: Duration = timedelta(seconds=10)
-    overrides: dict[Name, str] = Field(default_factory=dict)
+    overrides: dict[Name, str | dict[str, str]] = Field(default_factory=dict)
+    """Per signal, its replacement ``query``, or a mapping of query/samples/buckets/fresh."""
     tls_verify: bool = True
     """False: accept any certificate from an https Prometheus (a self-signed lab server)."""
 
@@ -261,7 +271,10 @@ class CompareGate(_Gate):
     kind: Literal["compare"]
     signal: Name
     alpha: float = Field(default=0.05, gt=0.0, lt=1.0)
-    min_events: int = Field(default=0, ge=0)
+    min_events: int | None = Field(default=None, ge=0)
+    """Events (both pools) before the gate may pass. Default: as many as the test needs to be
+    able to fail at all (all of them on the canary would reject), so a pass is never a test
+    that could not have failed."""
     final_look: bool = True
     """Also test once, when the bake of the last step carrying the gate has passed, over
     all of its steps: a fixed-horizon test, for regressions too small to show early.
@@ -523,6 +536,7 @@ AlertTopic = Literal[
     "capacity_invalid",
     "drill_result",
     "skip_drill",
+    "preflight_forced",
     "completed",
     "aborted",
     "failed",

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 import reprlib
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -77,8 +78,20 @@ def _check_templates(plan: Plan, source: str) -> None:
 
     templates = load_templates(metrics.templates).with_overrides(metrics.overrides, where=source)
     problems = signal_problems(plan.gates, templates)
+    if templates.uses_model() and metrics.model is None:
+        message = (
+            f"{templates.source} selects the model the engine serves: name it (e.g. "
+            "tensorrt_llm, or ensemble for a Triton ensemble)"
+        )
+        problems.append(("metrics.model", message))
+    for field in ("pool_label", "gateway_pool_label"):
+        if not _LABEL_NAME.fullmatch(getattr(metrics, field)):
+            problems.append((f"metrics.{field}", "is not a Prometheus label name"))
     if problems:
         raise BadInput([Problem(source, path, message) for path, message in problems])
+
+
+_LABEL_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
 
 def content_hash(plan: Plan) -> str:

@@ -252,3 +252,26 @@ def watch_live(
             pause(interval)
             view = frame()
             live.update(watch(view), refresh=True)
+
+
+FOUND_STYLE = {"ok": "green", "no data yet": "yellow", "absent": "bold red"}
+
+
+def plan_checks(rows: list[dict[str, Any]]) -> None:
+    """Print the preflight: every gate's signal on both pools, and why not where it failed."""
+    table = Table("gate", "signal", "pool", "found", "value", "samples", "why not / query")
+    for row in rows:
+        found = row["found"]
+        gate = row["gate"] + (" *" if row["first_step"] else "")
+        table.add_row(
+            gate,
+            row["signal"],
+            row["pool"],
+            f"[{FOUND_STYLE.get(found, '')}]{found}[/]",
+            number(row["value"]),
+            number(row["samples"]),
+            row["why"] or (row["query"] or ""),
+        )
+    console = _console()
+    console.print(table)
+    console.print("* judged from the first tick: the first step's gates and the rollback triggers")

@@ -22,6 +22,7 @@ with its limit; failing it means the capacity analysis the change was planned on
 
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import replace
 from datetime import datetime
@@ -110,10 +111,30 @@ def judge_compare(spec: GateSpec, judging: Judging) -> Evaluation:
                 f"z {look['z']:.2f} > {look['critical_z']:.2f}"
             )
             return _with(evaluation, Verdict.FAIL, reason)
-    if result.total_events < spec.min_events:
-        reason = f"{result.total_events:g} events of the {spec.min_events} needed"
+    needed = spec.min_events
+    if needed is None:
+        needed = events_to_fail(min(rho, 0.99), alpha)
+    if result.total_events < needed:
+        reason = f"{result.total_events:g} events of the {needed} needed"
+        if spec.min_events is None:
+            reason += " (the fewest that could show the canary worse)"
         return _with(evaluation, Verdict.PENDING, reason)
     return evaluation
+
+
+@functools.lru_cache(maxsize=256)
+def _events_to_fail(rho_permille: int, alpha: float) -> int:
+    rho = max(rho_permille, 1) / 1000
+    for n in range(1, 100_000):
+        if rate_ratio_test([Segment(n, 0, rho)], alpha=alpha).reject:
+            return n
+    return 100_000
+
+
+def events_to_fail(rho: float, alpha: float) -> int:
+    """The fewest events that, all on the canary at share ``rho``, reject at ``alpha``: below
+    it the test cannot fail, so a pass would say nothing."""
+    return _events_to_fail(round(rho * 1000), alpha)
 
 
 def _earlier_segments(spec: CompareGate, judging: Judging) -> list[tuple[Segment, dict[str, Any]]]:

@@ -6,6 +6,13 @@ it means. Whatever is not one finite number -- an HTTP or PromQL error, a timeou
 connection, an empty answer, NaN, an infinity -- is a :class:`MeasurementError` carrying the
 query, never a value: a gate must not pass on missing data.
 
+Two checks come first, because a query over a window answers from whatever samples the
+window holds. *Stale is not data*: the signal's ``fresh`` series must have a sample newer
+than two scrape intervals, or the pool is not being scraped and its frozen counts are not
+evidence. *Absent is not zero*: when a query matches nothing, each series it selects is
+looked up and the answer names the one that does not exist and why (no such metric, not on
+this pool, or not with that label), with the template's note on which versions lack it.
+
 ``prometheus_api_client`` (and through it ``requests``) is imported here only, so the CLI
 never pays for it.
 """
@@ -19,7 +26,7 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import Any
+from typing import Any, NoReturn
 from urllib.parse import urlsplit, urlunsplit
 
 from prometheus_api_client import PrometheusConnect
@@ -27,9 +34,15 @@ from prometheus_api_client.exceptions import PrometheusApiClientException
 from urllib3.util.retry import Retry
 
 from rolloutd.analysis.base import Measurement, MeasurementError, Pool
-from rolloutd.analysis.templates import Signal, Templates, promql_duration, render
+from rolloutd.analysis.templates import Labels, Signal, Templates, promql_duration, render
 
 _ERRNO = re.compile(r"\[Errno -?\d+\] ([^'\")]+)")
+# A vector selector with matchers: a metric name not preceded by a name character, then {...}
+# (label values are double-quoted strings, which may hold braces).
+_SELECTOR = re.compile(r'(?<![\w:])([A-Za-z_:][A-Za-z0-9_:]*)\{((?:[^{}"]|"(?:[^"\\]|\\.)*")*)\}')
+_MATCHER = re.compile(r'([A-Za-z_][A-Za-z0-9_]*)\s*(=~|!~|!=|=)\s*"((?:[^"\\]|\\.)*)"')
+# How far back a silent series is looked for, to tell "stopped" from "never existed".
+_RECENTLY = "1h"
 _STATUS = re.compile(r"HTTP Status Code (\d+)")
 _COUNTING = ("events", "count")
 
@@ -51,20 +64,24 @@ class PrometheusMetrics:
         templates: Templates,
         *,
         pool_label: str = "pool",
+        labels: Labels | None = None,
+        scrape_interval: timedelta = timedelta(seconds=15),
         timeout: timedelta = timedelta(seconds=10),
         disable_ssl: bool = False,
     ) -> None:
         """A source asking ``url``; no request is made before the first ``measure``.
 
-        :raises ValueError: ``pool_label`` is not a label name, or ``timeout`` not positive.
+        :raises ValueError: a label name that is not one, or a duration not positive.
         """
-        render("{pool}", pool="stable", window="1s", pool_label=pool_label)  # validates it
-        if timeout <= timedelta(0):
-            raise ValueError(f"timeout must be positive, got {timeout}")
+        self.labels = labels or Labels(pool_label=pool_label)
+        self.labels.check()
+        if timeout <= timedelta(0) or scrape_interval <= timedelta(0):
+            raise ValueError(f"timeout and scrape_interval must be positive, got {timeout}")
         self.url = url.rstrip("/")
         self.label = _without_credentials(self.url)
         self.templates = templates
-        self.pool_label = pool_label
+        self.pool_label = self.labels.pool_label
+        self.stale_after = 2 * scrape_interval
         self.timeout = timeout.total_seconds()
         # No retries inside a tick (the next tick asks again, and a tick must stay short);
         # read=False hands back a read timeout as itself rather than as a connection error.
@@ -87,22 +104,33 @@ class PrometheusMetrics:
             )
         try:
             queries = {
-                role: render(text, pool=pool, window=window, pool_label=self.pool_label)
+                role: render(text, pool=pool, window=window, labels=self.labels)
                 for role, text in spec.queries().items()
             }
         except ValueError as exc:
             raise MeasurementError(f"{signal}: {exc}") from None
         where = f"{signal} on {pool} over the last {promql_duration(window)}"
+        fresh = queries.pop("fresh", None) or _first_selector(
+            queries.get("samples", queries["value"])
+        )
+        age = self._freshness(spec, fresh, pool, now) if fresh is not None else None
         value_answer = self._ask(queries["value"], now)
         samples = None
         if "samples" in queries:
-            samples = self._number(self._ask(queries["samples"], now), f"samples of {where}")
+            answer = self._ask(queries["samples"], now)
+            if not answer.series:
+                self._explain_absence(spec, answer.query, pool, now, f"samples of {where}")
+            samples = self._number(answer, f"samples of {where}")
             if samples < 0:
                 raise MeasurementError(
                     f"samples of {where} is negative ({samples:g})", query=queries["samples"]
                 )
+        if not value_answer.series:
+            self._explain_absence(spec, value_answer.query, pool, now, where)
         value = self._value(value_answer, where, samples)
         raw: dict[str, Any] = {"at": now.isoformat(), "value": value, "samples": samples}
+        if age is not None:
+            raw["newest_sample_age_s"] = round(age, 3)
         if spec.kind in _COUNTING:
             # increase() extrapolates to the window's edges; an event count is a whole number.
             value = float(round(value))
@@ -117,6 +145,81 @@ class PrometheusMetrics:
             query=queries["value"],
             raw=raw,
         )
+
+    # -- stale and absent ------------------------------------------------------------------
+
+    def _freshness(self, spec: Signal, selector: str, pool: Pool, now: datetime) -> float:
+        """The age in seconds of the newest sample of ``selector``.
+
+        :raises MeasurementError: it has none within two scrape intervals (the pool is not
+            being scraped: its counts are frozen, not data), or it does not exist at all.
+        """
+        answer = self._ask(f"max(timestamp({selector}))", now)
+        limit = self.stale_after.total_seconds()
+        if answer.series:
+            newest = _float(answer.series[0][1], answer.query)
+            if not math.isfinite(newest):
+                raise MeasurementError(
+                    f"the newest sample of {selector} has no time ({answer.series[0][1]})",
+                    query=answer.query,
+                )
+            age = now.timestamp() - newest
+            if age <= limit:
+                return age
+            since = datetime.fromtimestamp(newest, tz=now.tzinfo).isoformat(timespec="seconds")
+            raise MeasurementError(
+                f"no fresh samples from the {pool} pool since {since}: the newest sample of "
+                f"{selector} is {age:.0f} s old (more than two scrape intervals, {limit:g} s)",
+                query=answer.query,
+            )
+        recent = self._ask(f"count(count_over_time({selector}[{_RECENTLY}]))", now)
+        if recent.series:
+            raise MeasurementError(
+                f"no fresh samples from the {pool} pool: {selector} stopped being scraped (no "
+                f"sample in the last 5 m, some in the last {_RECENTLY})",
+                query=answer.query,
+            )
+        self._explain_absence(spec, selector, pool, now, f"{selector}")
+
+    def _explain_absence(
+        self, spec: Signal, query: str, pool: Pool, now: datetime, where: str
+    ) -> NoReturn:
+        """Raise for a query that matched nothing, naming the series that does not exist.
+
+        :raises MeasurementError: always.
+        """
+        hint = f" ({spec.absent.strip()})" if spec.absent.strip() else ""
+        for name, matchers in _selectors(query):
+            selector = f"{name}{{{matchers}}}"
+            if self._ask(f"count({selector})", now).series:
+                continue
+            why = self._why_absent(name, matchers, pool, now)
+            raise MeasurementError(f"no series for {selector}: {why}{hint}", query=query)
+        raise MeasurementError(
+            f"no data for {where}: the query matched no series although each series it "
+            "selects exists (no traffic in the window?)",
+            query=query,
+        )
+
+    def _why_absent(self, name: str, matchers: str, pool: Pool, now: datetime) -> str:
+        if not self._ask(f"count({{__name__={_quoted(name)}}})", now).series:
+            return f"Prometheus has no {name} at all"
+        pooled = [
+            f'{label}{op}"{value}"'
+            for label, op, value in _MATCHER.findall(matchers)
+            if op == "=" and label in (self.labels.pool_label, self.labels.gateway_pool_label)
+        ]
+        if pooled and not self._ask(f"count({name}{{{','.join(pooled)}}})", now).series:
+            return (
+                f"{name} exists, but not on the {pool} pool ({', '.join(pooled)}): the pool's "
+                "engines do not export it, or their targets lack the label"
+            )
+        others = [
+            f'{label}{op}"{value}"'
+            for label, op, value in _MATCHER.findall(matchers)
+            if f'{label}{op}"{value}"' not in pooled
+        ]
+        return f"{name} exists on the {pool} pool, but none with {', '.join(others) or 'them'}"
 
     # -- asking ----------------------------------------------------------------------------
 
@@ -220,6 +323,24 @@ class PrometheusMetrics:
             ["+Inf" if math.isinf(bound) else f"{bound * spec.scale:g}", count]
             for bound, count in buckets
         ]
+
+
+def _selectors(query: str) -> list[tuple[str, str]]:
+    """The distinct (metric name, matchers) vector selectors of ``query``, in order."""
+    seen: list[tuple[str, str]] = []
+    for name, matchers in _SELECTOR.findall(query):
+        if (name, matchers) not in seen:
+            seen.append((name, matchers))
+    return seen
+
+
+def _first_selector(query: str) -> str | None:
+    found = _selectors(query)
+    return f"{found[0][0]}{{{found[0][1]}}}" if found else None
+
+
+def _quoted(value: str) -> str:
+    return '"' + value.replace("\\", "\\\\").replace('"', '\\"') + '"'
 
 
 def _series(result: Any, query: str) -> list[tuple[dict[str, str], str]]:

@@ -1,12 +1,19 @@
 """Signal templates: which PromQL answers a gate signal, per serving stack, in YAML.
 
-A template file (``gates/vllm.yaml``, ``gates/triton-trtllm.yaml``) maps signal names to
-PromQL with three placeholders: ``{pool}`` (the pool's label value), ``{pool_label}`` (the
-label the scrape config puts on each engine target) and ``{window}``. Operators add a signal
-by adding an entry, and a plan may replace any signal's ``query`` through
-``metrics.overrides`` (the kind and the other queries stay the file's). Nothing else is
-substituted, and every substituted value is escaped or validated first, so a hostile value
-cannot change the shape of the query.
+A template file (``gates/vllm.yaml``, ``gates/triton-trtllm.yaml``, ...) maps signal names to
+PromQL with these placeholders: ``{pool}`` (the pool's label value), ``{pool_label}`` (the
+label the scrape config puts on each engine target), ``{gateway_pool_label}`` (the label the
+agent gateway puts on its own series), ``{model}`` (the model the engine serves, for engines
+that serve several, such as a Triton ensemble) and ``{window}``. Operators add a signal by
+adding an entry, and a plan may replace any signal's ``query``, ``samples`` or ``buckets``
+through ``metrics.overrides`` (the kind stays the file's). Nothing else is substituted, and
+every substituted value is escaped or validated first, so a hostile value cannot change the
+shape of the query.
+
+A signal may also name ``fresh``, the series whose newest sample shows that the pool is
+still being scraped (default: the first series of its ``samples`` query, else of its value
+query), and ``absent``, what it means when a series it selects does not exist (which engine
+versions lack it), so an absent series is reported as such, never read as zero.
 
 The kind says how a source reads a signal's answers:
 
@@ -38,12 +45,13 @@ GATES_DIR = Path(__file__).resolve().parents[2] / "gates"
 """The repository's ``gates/`` directory, where named template files live."""
 
 Kind = Literal["ratio", "events", "count", "quantile", "mean", "gauge"]
-PLACEHOLDERS = ("pool", "pool_label", "window")
+PLACEHOLDERS = ("pool", "pool_label", "gateway_pool_label", "model", "window")
 
-_PLACEHOLDER = re.compile(r"\{(pool|pool_label|window)\}")
+_PLACEHOLDER = re.compile(r"\{(pool|pool_label|gateway_pool_label|model|window)\}")
 # A brace pair around a bare word is not PromQL (matchers need an operator): a typo'd placeholder.
 _UNKNOWN_PLACEHOLDER = re.compile(r"\{\s*([A-Za-z_][A-Za-z0-9_]*)\s*\}")
 _QUOTED_POOL = re.compile(r'(?<!=~)(?<!!~)"\{pool\}"')
+_QUOTED_MODEL = re.compile(r'(?<!=~)(?<!!~)"\{model\}"')
 _HISTOGRAM_QUANTILE = re.compile(r"histogram_quantile\(\s*([0-9]*\.?[0-9]+)\s*,")
 _WINDOW = re.compile(r"^\d+(ms|s|m|h|d|w|y)$")
 _LABEL_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
@@ -75,19 +83,59 @@ def promql_duration(window: timedelta | str) -> str:
     return f"{millis}ms"
 
 
-def render(template: str, *, pool: str, window: timedelta | str, pool_label: str) -> str:
+@dataclass(frozen=True)
+class Labels:
+    """What a plan says about its label names and model, for rendering templates."""
+
+    pool_label: str = "pool"
+    gateway_pool_label: str = "pool"
+    model: str | None = None
+
+    def check(self) -> None:
+        """:raises ValueError: a label name that is not one."""
+        for field, name in (
+            ("pool_label", self.pool_label),
+            ("gateway_pool_label", self.gateway_pool_label),
+        ):
+            if not _LABEL_NAME.fullmatch(name):
+                raise ValueError(f"{field} {name!r} is not a Prometheus label name")
+
+
+def render(
+    template: str,
+    *,
+    pool: str,
+    window: timedelta | str,
+    pool_label: str = "pool",
+    labels: Labels | None = None,
+) -> str:
     """Fill the placeholders of ``template`` in one pass (a value is never re-substituted).
 
-    :raises ValueError: a label name or window that is not valid PromQL.
+    :raises ValueError: a label name or window that is not valid PromQL, or ``{model}``
+        without a model.
     """
-    if not _LABEL_NAME.fullmatch(pool_label):
-        raise ValueError(f"pool_label {pool_label!r} is not a Prometheus label name")
+    labels = labels or Labels(pool_label=pool_label)
+    labels.check()
     values = {
         "pool": escape_label_value(pool),
-        "pool_label": pool_label,
+        "pool_label": labels.pool_label,
+        "gateway_pool_label": labels.gateway_pool_label,
+        "model": None if labels.model is None else escape_label_value(labels.model),
         "window": promql_duration(window),
     }
-    return _PLACEHOLDER.sub(lambda match: values[match.group(1)], template)
+
+    def value(match: re.Match[str]) -> str:
+        found = values[match.group(1)]
+        if found is None:
+            raise ValueError("the template selects {model}: the plan must set metrics.model")
+        return found
+
+    return _PLACEHOLDER.sub(value, template)
+
+
+def uses_model(template: str) -> bool:
+    """Whether ``template`` selects the model (so a plan must name it)."""
+    return "{model}" in template
 
 
 def template_problems(template: str) -> list[str]:
@@ -107,6 +155,8 @@ def template_problems(template: str) -> list[str]:
     elif len(_QUOTED_POOL.findall(template)) != pools:
         # Escaping makes the value safe inside a plain string, not inside a regex matcher.
         problems.append('{pool} must stand alone in a string matched with = or !=: ="{pool}"')
+    if len(_QUOTED_MODEL.findall(template)) != template.count("{model}"):
+        problems.append('{model} must stand alone in a string matched with = or !=: ="{model}"')
     if re.search(r"(?<!\[)\{window\}", template):
         problems.append("{window} must open a range selector: [{window}] or [{window}:]")
     return problems
@@ -123,6 +173,13 @@ class Signal(BaseModel):
     buckets: str | None = None
     q: float | None = Field(default=None, gt=0.0, lt=1.0)
     scale: float = Field(default=1.0, gt=0.0)
+    fresh: str | None = None
+    """A selector whose newest sample shows the pool is being scraped (default: the first
+    series of ``samples``, else of ``query``)."""
+    absent: str = ""
+    """What an absent series means for this signal (which engine versions lack it)."""
+    missing_on: list[str] = Field(default_factory=list)
+    """Engine versions the file was checked on (``checked_on``) that lack this signal."""
     description: str = ""
 
     @model_validator(mode="after")
@@ -139,15 +196,26 @@ class Signal(BaseModel):
         return self
 
     def queries(self) -> dict[str, str]:
-        """The signal's PromQL templates by role: value, samples, buckets."""
-        found = {"value": self.query, "samples": self.samples, "buckets": self.buckets}
+        """The signal's PromQL templates by role: value, samples, buckets, fresh."""
+        found = {
+            "value": self.query,
+            "samples": self.samples,
+            "buckets": self.buckets,
+            "fresh": self.fresh,
+        }
         return {role: text for role, text in found.items() if text is not None}
+
+
+Override = str | Mapping[str, str]
+"""A plan's replacement for a signal: its ``query``, or a mapping of query/samples/buckets."""
+_OVERRIDABLE = ("query", "samples", "buckets", "fresh")
 
 
 class _TemplateFile(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
 
     description: str = ""
+    checked_on: list[str] = Field(default_factory=list)
     signals: dict[str, Signal] = Field(min_length=1)
 
 
@@ -157,16 +225,18 @@ class Templates:
 
     source: str
     signals: Mapping[str, Signal]
+    checked_on: tuple[str, ...] = ()
 
-    def with_overrides(self, overrides: Mapping[str, str], where: str = "plan") -> Templates:
-        """These templates with ``overrides`` (signal -> PromQL) replacing signals' ``query``.
+    def with_overrides(self, overrides: Mapping[str, Override], where: str = "plan") -> Templates:
+        """These templates with ``overrides`` replacing signals' queries: a string replaces
+        ``query``; a mapping replaces any of ``query``, ``samples``, ``buckets``, ``fresh``.
 
         :raises BadInput: an override of a signal the file does not define (its kind would
             be unknown), or a template with placeholder problems; ``where`` names the plan.
         """
         problems = []
         signals = dict(self.signals)
-        for name, query in overrides.items():
+        for name, override in overrides.items():
             field = f"metrics.overrides.{name}"
             if name not in signals:
                 message = (
@@ -175,11 +245,23 @@ class Templates:
                 )
                 problems.append(Problem(where, field, message))
                 continue
-            problems += [Problem(where, field, m) for m in template_problems(query)]
-            signals[name] = signals[name].model_copy(update={"query": query})
+            update = {"query": override} if isinstance(override, str) else dict(override)
+            for key, query in update.items():
+                if key not in _OVERRIDABLE:
+                    known = ", ".join(_OVERRIDABLE)
+                    problems.append(Problem(where, f"{field}.{key}", f"not one of {known}"))
+                    continue
+                at = field if isinstance(override, str) else f"{field}.{key}"
+                problems += [Problem(where, at, m) for m in template_problems(query)]
+            if not problems:
+                signals[name] = signals[name].model_copy(update=update)
         if problems:
             raise BadInput(problems)
         return replace(self, signals=signals)
+
+    def uses_model(self) -> bool:
+        """Whether any signal selects ``{model}``, so that a plan must name its model."""
+        return any(uses_model(q) for s in self.signals.values() for q in s.queries().values())
 
 
 def resolve(reference: str, directory: Path = GATES_DIR) -> Path:
@@ -246,9 +328,11 @@ def parse_templates(text: str, source: str = "<templates>") -> Templates:
         for role, template in signal.queries().items():
             field = f"signals.{name}.{'query' if role == 'value' else role}"
             problems += [Problem(source, field, m) for m in template_problems(template)]
+            if role == "fresh" and "[" in template:
+                problems.append(Problem(source, field, "must be an instant selector, no range"))
     if problems:
         raise BadInput(problems)
-    return Templates(source, parsed.signals)
+    return Templates(source, parsed.signals, tuple(parsed.checked_on))
 
 
 # What each gate kind can read: the signal kinds whose answers make sense to it.

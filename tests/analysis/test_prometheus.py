@@ -46,6 +46,7 @@ class FakePrometheus:
     def __init__(self) -> None:
         self.answers: dict[str, tuple[int, Any, float]] = {}
         self.seen: list[dict[str, str]] = []
+        self.now: Callable[[], float] = time.time
         fake = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -73,6 +74,9 @@ class FakePrometheus:
         threading.Thread(target=self.server.serve_forever, daemon=True).start()
 
     def lookup(self, query: str) -> tuple[int, Any, float]:
+        if query.startswith("max(timestamp(") and "timestamp" not in self.answers:
+            # The freshness check: every series was scraped just now, unless a test says so.
+            return 200, vector(({}, f"{self.now():.3f}")), 0.0
         for name, answer in self.answers.items():
             if f"{name}{{" in query:
                 return answer
@@ -147,12 +151,11 @@ def test_nan_and_infinities_are_inconclusive(fake: FakePrometheus, text: str) ->
     assert error.query == 'max_over_time(g_value{p="canary"}[10s])'
 
 
-def test_an_empty_answer_is_inconclusive_and_hints_at_the_pool_label(fake: FakePrometheus) -> None:
-    """No series at all (a wrong pool label, a metric never scraped) is not zero."""
+def test_an_empty_answer_is_inconclusive_and_names_the_absent_series(fake: FakePrometheus) -> None:
+    """No series at all (a metric never scraped) is not zero: the reason names the series."""
     fake.answer("g_value", vector())
     error = inconclusive(source_for(fake.url), "level")
-    assert "no data" in error.reason
-    assert "'pool' label" in error.reason
+    assert 'no series for g_value{p="canary"}: Prometheus has no g_value at all' in error.reason
 
 
 def test_a_ratio_over_no_traffic_says_so(fake: FakePrometheus) -> None:
@@ -480,7 +483,7 @@ def test_a_hostile_pool_value_selects_nothing_on_real_prometheus(
     eventually(lambda: source.measure("kv_cache_usage", "canary", WINDOW, datetime.now(UTC)))
     hostile = 'canary"} or vector(1) or {x="'
     error = inconclusive(source, "kv_cache_usage", hostile)
-    assert "no data" in error.reason
+    assert "no series for" in error.reason and "not on the" in error.reason
 
 
 @pytest.mark.slow
@@ -490,7 +493,7 @@ def test_real_prometheus_is_asked_about_the_given_now(
     """An hour before the first scrape there is no data, though there is data now."""
     source = vllm_source(real[0])
     eventually(lambda: source.measure("kv_cache_usage", "canary", WINDOW, datetime.now(UTC)))
-    with pytest.raises(MeasurementError, match="no data"):
+    with pytest.raises(MeasurementError, match="no series for"):
         source.measure("kv_cache_usage", "canary", WINDOW, datetime.now(UTC) - timedelta(hours=1))
 
 
@@ -513,7 +516,8 @@ def eventually_error(measure: Callable[[], Measurement], timeout: float = 15.0) 
         try:
             measure()
         except MeasurementError as exc:
-            if "no data" not in exc.reason or time.monotonic() > deadline:
+            waiting = ("no data", "no series", "no fresh")
+            if not any(w in exc.reason for w in waiting) or time.monotonic() > deadline:
                 return exc
         else:
             raise AssertionError("the measurement returned a value")
@@ -578,23 +582,35 @@ def _plan(metrics: dict[str, object]) -> Plan:
 
 
 def test_a_prometheus_plan_gets_a_prometheus_source_with_its_overrides() -> None:
-    """``source: prometheus`` builds the source from the named templates, overrides applied."""
+    """``source: prometheus`` builds the source from the named templates, overrides applied
+    (a string replaces the query; a mapping may replace the samples query too), with the
+    plan's label names, model and scrape interval."""
     override = 'max(my_kv{pool="{pool}"})'
+    samples = 'sum(increase(my_requests_total{pool="{pool}"}[{window}]))'
     plan = _plan(
         {
             "source": "prometheus",
             "url": "http://127.0.0.1:9",
             "templates": "triton-trtllm",
             "pool_label": "fleet_pool",
+            "gateway_pool_label": "rollout_pool",
+            "model": "ensemble",
+            "scrape_interval": "30s",
             "timeout": "3s",
-            "overrides": {"kv_cache_usage": override},
+            "overrides": {
+                "kv_cache_usage": override,
+                "queue_timeout_rate": {"samples": samples},
+            },
         }
     )
     source = PlanDrivers().metrics(1, plan)
     assert isinstance(source, PrometheusMetrics)
     assert source.templates.source.endswith("gates/triton-trtllm.yaml")
     assert source.templates.signals["kv_cache_usage"].query == override
+    assert source.templates.signals["queue_timeout_rate"].samples == samples
     assert (source.pool_label, source.timeout) == ("fleet_pool", 3.0)
+    assert (source.labels.gateway_pool_label, source.labels.model) == ("rollout_pool", "ensemble")
+    assert source.stale_after == timedelta(seconds=60)
 
 
 @pytest.mark.parametrize(

@@ -13,6 +13,7 @@ import yaml
 
 from rolloutd.analysis.templates import (
     GATES_DIR,
+    Labels,
     escape_label_value,
     load_templates,
     parse_templates,
@@ -26,7 +27,7 @@ from tests.plans import example_plan
 
 HOSTILE = 'canary"} or vector(1) or {x="'
 TEMPLATE = 'sum(increase(agent_tool_calls_total{{pool_label}="{pool}"}[{window}]))'
-SHIPPED = ("vllm", "triton-trtllm")
+SHIPPED = ("vllm", "vllm-v0", "triton-trtllm", "triton-trtllm-legacy")
 
 
 def _string_at(text: str, start: int) -> tuple[str, int]:
@@ -225,23 +226,51 @@ def test_overriding_an_undefined_signal_or_with_a_broken_template_is_bad_input()
 
 @pytest.mark.parametrize("name", SHIPPED)
 def test_the_shipped_files_load_and_every_query_renders(name: str) -> None:
-    """Both files validate, and each query renders for both pools without a placeholder left."""
+    """Every file validates, and each query renders for both pools without a placeholder left."""
     templates = load_templates(name)
+    labels = Labels(model="ensemble")
     for signal in templates.signals.values():
         for query in signal.queries().values():
             for pool in ("canary", "stable"):
-                rendered = render(query, pool=pool, window=timedelta(seconds=30), pool_label="pool")
-                assert not re.search(r"\{(pool|pool_label|window)\}", rendered)
+                rendered = render(query, pool=pool, window=timedelta(seconds=30), labels=labels)
+                assert not re.search(
+                    r"\{(pool|pool_label|gateway_pool_label|model|window)\}", rendered
+                )
                 assert rendered.count("(") == rendered.count(")")
 
 
-def test_both_files_define_the_same_signals_and_the_same_gateway_queries() -> None:
-    """A plan can switch stacks without renaming signals; agent counters are stack-neutral."""
-    vllm, triton = (load_templates(name).signals for name in SHIPPED)
-    assert set(vllm) == set(triton)
-    for name in ("schema_violation_rate", "schema_violations", "escalation_rate", "escalations"):
-        assert vllm[name] == triton[name]
-        assert "agent_" in vllm[name].query
+def test_every_file_defines_the_same_signals_and_the_same_gateway_queries() -> None:
+    """A plan can switch stacks (or engine versions) without renaming signals; agent
+    counters are stack-neutral."""
+    first, *others = (load_templates(name).signals for name in SHIPPED)
+    for other in others:
+        assert set(first) == set(other)
+        for name in (
+            "schema_violation_rate",
+            "schema_violations",
+            "escalation_rate",
+            "escalations",
+        ):
+            assert first[name] == other[name]
+            assert "agent_" in first[name].query
+
+
+@pytest.mark.parametrize("name", SHIPPED)
+def test_no_shipped_query_falls_back_to_zero(name: str) -> None:
+    """Absent is not zero: no query of a shipped file turns a missing series into 0."""
+    for signal in load_templates(name).signals.values():
+        for query in signal.queries().values():
+            assert "vector(0)" not in query
+
+
+@pytest.mark.parametrize("name", SHIPPED)
+def test_every_file_says_which_engine_versions_it_was_checked_on(name: str) -> None:
+    """Each file names the engine versions it was checked on, and a signal's missing_on
+    names only those."""
+    templates = load_templates(name)
+    assert templates.checked_on
+    for signal in templates.signals.values():
+        assert set(signal.missing_on) <= set(templates.checked_on)
 
 
 def test_every_signal_of_the_reference_plan_is_in_the_triton_file() -> None:

@@ -35,7 +35,7 @@ from rolloutd.settings import Settings
 from rolloutd.sim.exposition import Flavor
 from rolloutd.store.db import make_engine, session_factory
 from tests.e2e.fleet_process import FleetProcess
-from tests.e2e.services import FleetHAProxy, PrometheusService
+from tests.e2e.services import SCRAPE_INTERVAL_S, FleetHAProxy, PrometheusService
 from tests.routers.services import find_binary, free_port, which
 
 CANARY = "gpu-d"
@@ -244,6 +244,8 @@ class Stack:
                 "url": self.prometheus.url,
                 "templates": self.templates,
                 "pool_label": "pool",
+                "model": "atlas-70b",
+                "scrape_interval": f"{SCRAPE_INTERVAL_S:g}s",
                 "timeout": "2s",
             },
             "artefacts": {"stable": "atlas-70b-msl32768", "canary": "atlas-70b-msl8192"},
