@@ -265,7 +265,7 @@ class _Tick:
                 continue
             if gate not in seen or result.evaluated_at > seen[gate]:
                 seen[gate] = result.evaluated_at
-                inconclusive = result.verdict is Verdict.INCONCLUSIVE
+                inconclusive = result.verdict is Verdict.INCONCLUSIVE or self.starved(gate, result)
                 streaks[gate] = streaks.get(gate, 0) + 1 if inconclusive else 0
                 if result.verdict is Verdict.FAIL and self.plan.gates[gate].kind == "capacity":
                     self.capacity_invalid(gate, result)
@@ -279,6 +279,17 @@ class _Tick:
                 return
         self.p = replace(self.p, inconclusive_streaks=streaks, last_seen=seen)
         self.judge_inconclusive(streaks)
+
+    def starved(self, gate: str, result: GateResult) -> bool:
+        """A latency gate still pending for want of samples once the step's bake is over:
+        no traffic is no data, and it counts toward the inconclusive limit like missing
+        data does, instead of holding the step without a word."""
+        if result.verdict is not Verdict.PENDING or self.plan.gates[gate].kind != "latency":
+            return False
+        step = self.plan.steps[self.p.step_index]
+        if gate not in step.gates or self.p.step_verified_at is None:
+            return False
+        return self.p.baked(self.now) >= step.hold_for()
 
     def capacity_invalid(self, gate: str, result: GateResult) -> None:
         """Tell people once per step: the assumption the change was planned on does not hold."""

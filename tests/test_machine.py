@@ -776,3 +776,20 @@ def _desired_key(decision: Decision) -> str:
     """The key of the attempt toward the decision's desired fact."""
     assert decision.progress.desired is not None
     return decision.progress.desired.key
+
+
+def test_a_latency_gate_starved_of_samples_after_the_bake_counts_as_inconclusive() -> None:
+    """Pending latency (too few samples) during the bake only waits; once the bake is over,
+    each new pending evaluation counts toward the inconclusive limit and then pauses."""
+    world = at_first_canary()
+    limit = world.plan.limits.max_inconclusive
+    for _ in range(limit + 2):
+        world.wait(MINUTE)
+        world.tick(step_gates(world, Verdict.PASS, e2e_latency_p95=Verdict.PENDING))
+    assert world.state is State.RUNNING
+    world.wait(timedelta(hours=48))
+    for _ in range(limit + 1):
+        world.wait(MINUTE)
+        world.tick(step_gates(world, Verdict.PASS, e2e_latency_p95=Verdict.PENDING))
+    assert world.progress.paused == "inconclusive"
+    assert "inconclusive_limit" in alert_topics(world.actions)

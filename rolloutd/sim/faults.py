@@ -35,6 +35,9 @@ class Faults:
     """Share of answers where the model hands the user over to a human instead of acting."""
     prompt_drift: float = 1.0
     """Multiplies prompt lengths as the engine counts them (a template or client change)."""
+    metrics_silent: float = 0.0
+    """1: ``/metrics`` answers 503 while the engine keeps serving (a hung or firewalled
+    exporter): its last counts freeze in Prometheus."""
 
     def updated(self, changes: Mapping[str, Any]) -> Faults:
         """These faults with ``changes`` applied.

@@ -100,6 +100,8 @@ class _Handler(BaseHTTPRequestHandler):
         if path == "/metrics":
             if replica.metric_state() is None:
                 return Reply(503, {"error": "the engine process is not running"})
+            if replica.faults.metrics_silent >= 1.0:
+                return Reply(503, {"error": "the metrics exporter does not answer"})
             return Reply(200, render(self.registry))
         if path == "/v1/models":
             config = replica.config
