@@ -8,11 +8,9 @@ label on each engine target, as a deployment's scrape config adds it.
 from __future__ import annotations
 
 import json
-import threading
 import time
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
@@ -20,6 +18,7 @@ import pytest
 from rolloutd.analysis.base import MeasurementError
 from rolloutd.analysis.prometheus import PrometheusMetrics
 from rolloutd.analysis.templates import Labels, load_templates
+from tests.analysis.exporter import TextExporter
 from tests.e2e.services import PrometheusService
 from tests.routers.services import find_binary
 
@@ -53,42 +52,19 @@ agent_escalations_total{{pool="stable"}} 0
 """
 
 
-class Exporter:
+class Exporter(TextExporter):
     """Serves ``texts[path]`` formatted with a count that grows by 10 per scrape; a path in
     ``silent`` answers 503, as a dead exporter's port (or a hung one) does to Prometheus."""
 
     def __init__(self) -> None:
         self.texts: dict[str, str] = {}
         self.silent: set[str] = set()
-        self.scrapes: dict[str, int] = {}
-        exporter = self
+        super().__init__(self.text)
 
-        class Handler(BaseHTTPRequestHandler):
-            def do_GET(self) -> None:
-                path = self.path.strip("/")
-                if path in exporter.silent or path not in exporter.texts:
-                    self.send_response(503)
-                    self.end_headers()
-                    return
-                n = exporter.scrapes[path] = exporter.scrapes.get(path, 0) + 1
-                body = exporter.texts[path].format(ok=10 * n, n=10 * n).encode()
-                self.send_response(200)
-                self.send_header("Content-Type", "text/plain; version=0.0.4")
-                self.send_header("Content-Length", str(len(body)))
-                self.end_headers()
-                self.wfile.write(body)
-
-            def log_message(self, format: str, *args: object) -> None:
-                return None
-
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.server.daemon_threads = True
-        self.host = f"127.0.0.1:{self.server.server_address[1]}"
-        threading.Thread(target=self.server.serve_forever, daemon=True).start()
-
-    def close(self) -> None:
-        self.server.shutdown()
-        self.server.server_close()
+    def text(self, path: str, n: int) -> str | None:
+        if path in self.silent or path not in self.texts:
+            return None
+        return self.texts[path].format(ok=10 * n, n=10 * n)
 
 
 class Scraping(PrometheusService):

@@ -14,11 +14,9 @@ from __future__ import annotations
 import json
 import math
 import re
-import threading
 import time
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
@@ -28,6 +26,7 @@ from rolloutd.analysis.base import MeasurementError
 from rolloutd.analysis.prometheus import PrometheusMetrics
 from rolloutd.analysis.templates import Labels, load_templates
 from rolloutd.gateway import GatewayMetrics
+from tests.analysis.exporter import TextExporter
 from tests.e2e.services import PrometheusService
 from tests.routers.services import find_binary
 
@@ -96,34 +95,13 @@ def gateway_text() -> str:
     return generate_latest(metrics.registry).decode()
 
 
-class Captures:
+class Captures(TextExporter):
     """Serves ``/<capture>/<pool>`` and ``/gateway``, grown at every scrape."""
 
     def __init__(self) -> None:
         self.texts = {c: (CAPTURES_DIR / f"{c}.prom").read_text() for c in CAPTURES}
         self.texts["gateway"] = gateway_text()
-        self.scrapes: dict[str, int] = {}
-        served = self
-
-        class Handler(BaseHTTPRequestHandler):
-            def do_GET(self) -> None:
-                path = self.path.strip("/")
-                key = path.split("/")[0]
-                n = served.scrapes[path] = served.scrapes.get(path, 0) + 1
-                body = grown(served.texts[key], n).encode()
-                self.send_response(200)
-                self.send_header("Content-Type", "text/plain; version=0.0.4")
-                self.send_header("Content-Length", str(len(body)))
-                self.end_headers()
-                self.wfile.write(body)
-
-            def log_message(self, format: str, *args: object) -> None:
-                return None
-
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.server.daemon_threads = True
-        self.host = f"127.0.0.1:{self.server.server_address[1]}"
-        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+        super().__init__(lambda path, n: grown(self.texts[path.split("/")[0]], n))
 
 
 class Scraping(PrometheusService):
@@ -167,7 +145,7 @@ def prometheus(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Scraping]:
         yield service
     finally:
         service.stop()
-        captures.server.shutdown()
+        captures.close()
 
 
 def outcome(prometheus: Scraping, template: str, capture: str, signal: str) -> str:

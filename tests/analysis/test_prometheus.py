@@ -30,6 +30,7 @@ from rolloutd.drivers import PlanDrivers
 from rolloutd.errors import PermanentError
 from rolloutd.plan import Plan
 from rolloutd.planfile import parse_plan
+from tests.analysis.exporter import TextExporter
 from tests.e2e.services import PrometheusService
 from tests.plans import example_dict
 from tests.routers.services import find_binary, free_port
@@ -294,31 +295,12 @@ def test_a_bad_pool_label_or_timeout_is_refused_up_front() -> None:
 # --- a real Prometheus ------------------------------------------------------------------
 
 
-class Exporter:
+class Exporter(TextExporter):
     """Counters that grow by fixed steps per scrape: /canary, /stable (engines), /gateway."""
 
     def __init__(self) -> None:
-        self.scrapes: dict[str, int] = {}
         self.started = {"canary": 1000.0, "stable": 1000.0}
-        exporter = self
-
-        class Handler(BaseHTTPRequestHandler):
-            def do_GET(self) -> None:
-                path = self.path.strip("/")
-                n = exporter.scrapes[path] = exporter.scrapes.get(path, 0) + 1
-                body = exporter.render(path, n).encode()
-                self.send_response(200)
-                self.send_header("Content-Type", "text/plain; version=0.0.4")
-                self.send_header("Content-Length", str(len(body)))
-                self.end_headers()
-                self.wfile.write(body)
-
-            def log_message(self, format: str, *args: object) -> None:
-                return None
-
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
-        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+        super().__init__(self.render)
 
     def render(self, path: str, n: int) -> str:
         if path == "gateway":
@@ -354,10 +336,6 @@ class Exporter:
                 "",
             ]
         )
-
-    def close(self) -> None:
-        self.server.shutdown()
-        self.server.server_close()
 
 
 class RealPrometheus(PrometheusService):
