@@ -10,6 +10,7 @@ from __future__ import annotations
 import http.client
 import math
 import os
+import random
 import shutil
 import signal
 import socket
@@ -54,12 +55,24 @@ def find_binary(name: str) -> str:
     return path
 
 
+# Below the kernel's ephemeral range (32768-60999 by default): a port handed out here is
+# bound by a service a moment later, and in between an outgoing connection (Prometheus
+# scraping, the traffic generator) would otherwise take it from the ephemeral range.
+_PORTS = (20000, 32000)
+
+
 def free_port() -> int:
-    """A TCP port on 127.0.0.1 that nothing listens on right now."""
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port: int = probe.getsockname()[1]
-        return port
+    """A TCP port on 127.0.0.1 that nothing listens on right now, outside the range the
+    kernel hands to outgoing connections."""
+    for _ in range(200):
+        port = random.randint(*_PORTS)
+        with socket.socket() as probe:
+            try:
+                probe.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            return port
+    raise RuntimeError(f"no free port in {_PORTS[0]}-{_PORTS[1]} after 200 tries")
 
 
 def session_ids(count: int, seed: int = 4) -> list[str]:
