@@ -119,7 +119,11 @@ class PrometheusMetrics:
         if "samples" in queries:
             answer = self._ask(queries["samples"], now)
             if not answer.series:
-                self._explain_absence(spec, answer.query, pool, now, f"samples of {where}")
+                # An absent value series is permanent, no samples yet may be a quiet minute:
+                # name the absent one first.
+                self._explain_absence(
+                    spec, answer.query, pool, now, f"samples of {where}", also=queries["value"]
+                )
             samples = self._number(answer, f"samples of {where}")
             if samples < 0:
                 raise MeasurementError(
@@ -182,14 +186,15 @@ class PrometheusMetrics:
         self._explain_absence(spec, selector, pool, now, f"{selector}")
 
     def _explain_absence(
-        self, spec: Signal, query: str, pool: Pool, now: datetime, where: str
+        self, spec: Signal, query: str, pool: Pool, now: datetime, where: str, also: str = ""
     ) -> NoReturn:
-        """Raise for a query that matched nothing, naming the series that does not exist.
+        """Raise for a query that matched nothing, naming the series that does not exist in
+        it or in ``also`` (another query of the same signal).
 
         :raises MeasurementError: always.
         """
         hint = f" ({spec.absent.strip()})" if spec.absent.strip() else ""
-        for name, matchers in _selectors(query):
+        for name, matchers in _selectors(f"{query} {also}"):
             selector = f"{name}{{{matchers}}}"
             if self._ask(f"count({selector})", now).series:
                 continue

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import time
+import urllib.parse
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -142,6 +143,26 @@ def test_an_old_triton_without_the_reason_label_is_absent_not_zero(
         assert 'reason="REJECTED"' in reason
         assert "exists on the canary pool, but none with" in reason
         assert "24.08" in reason  # the template's note on versions
+
+
+def test_an_absent_series_is_named_before_a_quiet_window(
+    world: tuple[Scraping, Exporter],
+) -> None:
+    """At the first scrape the request counters exist but have no increase yet (no samples),
+    while the REJECTED series will never exist: the answer names the absent series, since
+    that is permanent and a quiet window is not."""
+    service, exporter = world
+    _started(service, OLD_TRITON, OLD_TRITON, exporter)
+    query = urllib.parse.urlencode({"query": 'nv_inference_request_success{pool="canary"}[1m]'})
+    answer = service._get(f"/api/v1/query?{query}")
+    assert answer is not None
+    first = float(json.loads(answer)["data"]["result"][0]["values"][0][0])
+    at_first_scrape = datetime.fromtimestamp(first + 0.1, tz=UTC)
+    source = _source(service, "triton-trtllm")
+    with pytest.raises(MeasurementError) as caught:
+        source.measure("queue_timeout_rate", "canary", WINDOW, at_first_scrape)
+    assert "no series for nv_inference_request_failure{" in caught.value.reason
+    assert 'reason="REJECTED"' in caught.value.reason
 
 
 def test_a_new_triton_with_no_failure_yet_reads_a_true_zero(
