@@ -54,25 +54,30 @@ class SlotPool:
         """How many sequences may be resident at once."""
         return self._capacity
 
-    def acquire(self, timeout: float) -> tuple[Admission, int]:
+    def acquire(self, timeout: float) -> tuple[Admission, int, bool]:
         """Wait up to ``timeout`` wall seconds for a slot; also returns the running count
-        right after admission (the batch this request joins)."""
+        right after admission (the batch this request joins) and whether it had to queue.
+
+        A request admitted at once has queued for no time at all: the wall time around an
+        uncontended lock is the host's scheduling, which at the simulation's time scale would
+        read as seconds of queueing on a busy machine.
+        """
         with self._lock:
             if self._closed:
-                return "closed", self._busy
+                return "closed", self._busy, False
             if self._busy < self._capacity and not self._waiters:
                 self._busy += 1
-                return "granted", self._busy
+                return "granted", self._busy, False
             waiter = _Waiter()
             self._waiters.append(waiter)
         waiter.event.wait(timeout)
         with self._lock:
             if waiter.granted:
-                return "granted", self._busy
+                return "granted", self._busy, True
             if waiter.closed:
-                return "closed", self._busy
+                return "closed", self._busy, True
             self._waiters.remove(waiter)
-            return "timeout", self._busy
+            return "timeout", self._busy, True
 
     def release(self) -> None:
         """Give a slot back; the longest waiter gets it."""

@@ -95,10 +95,10 @@ def _serve(
     started = time.monotonic()
     if rng.random() < faults.timeout_rate:
         process.died.wait(config.queue_timeout_s * scale)
-        admission, running = "timeout", 0
+        admission, running, queued = "timeout", 0, True
     else:
-        admission, running = process.slots.acquire(config.queue_timeout_s * scale)
-    queue_s = (time.monotonic() - started) / scale
+        admission, running, queued = process.slots.acquire(config.queue_timeout_s * scale)
+    queue_s = (time.monotonic() - started) / scale if queued else 0.0
     if admission != "granted":
         if admission == "timeout":
             process.stats.fail("REJECTED", "abort")

@@ -183,3 +183,15 @@ def test_latency_factor_shows_in_the_latency_histograms() -> None:
         slow = mean_latency(CASES[:10])
     assert 5.0 < normal < 12.0
     assert slow / normal > 2.5
+
+
+def test_a_request_admitted_at_once_queues_for_no_time() -> None:
+    """With free slots a request is admitted without waiting: its queue time is 0 however
+    the host schedules the threads, where at 1 ms real = 10 s simulated the wall time around
+    an uncontended admission read as queueing (and a busy CI host as a slow canary)."""
+    with Replica("v", flavor="vllm", time_scale=1e-4) as replica:
+        for case in CASES[:5]:
+            assert chat(replica.url, case).status_code == 200
+        text = scrape(replica.url)
+    assert sample(text, "vllm:request_queue_time_seconds_count") == 5
+    assert sample(text, "vllm:request_queue_time_seconds_sum") == 0
