@@ -1,35 +1,37 @@
-"""False alarms and detection delay of canary gates, on simulated rollouts (pure Python, seeded).
+"""False alarms and detection delays of rolloutd's gates on realistic agent traffic, before
+and after the gates learned that a session's turns share a fate (numpy, seeded).
 
-Issue #6 asks rolloutd's gates to hold the false-alarm rate at alpha while checked at every
-tick, and to detect at least as fast as a test run once at a fixed horizon. This measures
-that, against the two designs it replaces, on the same simulated traffic:
+Every rollout runs two steps, 5% then 25% of sessions, 100 minutes each at 100 sessions a
+minute (10,000 sessions a step), with a tick every 30 s. The traffic (``bench/traffic.py``)
+is sessions of 15 turns counted by Prometheus-like counters: per-replica series scraped every
+15 s and read with ``increase()``'s reset handling and extrapolation. Conditions, alone and
+all at once: independent requests; sessions whose turns share a timeout and schema-violation
+probability (intra-session correlation 0.02 and 0.1); load swinging +-30% a minute on both
+pools, with the second step 30% busier; a canary share of 4.3% for a planned 5% (21.5% for
+25%); a canary replica restarting mid-step (its counters reset); scrape gaps (2% of scrapes
+lost and a 3-minute gap on a canary target).
 
-- ``threshold``: the canary's cumulative rate (or interpolated p95) polled every tick against
-  a fixed threshold once 100 canary sessions are in, alarming at the first breach (Flagger /
-  Argo style; cumulative since the start, which is kinder to it than their 1-5 min windows).
-- ``fixed horizon``: one one-sided test at the end of the horizon, alpha = 0.05 (Kayenta
-  style): two-proportion z for rates, Mann-Whitney with tie correction on the bucketed
-  latencies. Its delay is the horizon.
-- rolloutd, checked every tick at alpha = 0.05: for rates the compare gate as plans get it
-  (the rate-ratio mixture across steps at 20% of alpha, plus one final look, the z test at
-  80% of alpha, when the last step has baked), and, for comparison, the rate-ratio mixture
-  alone at alpha and the Beta-binomial mixture restarted per step at alpha / 2; for latency
-  the latency gate as plans get it (the p95 bounds at alpha / 2, or the rate of requests over
-  the target more than max_ratio x stable's at alpha / 2), and its parts alone:
-  the p95 bounds of ``compare_latency`` (mixture, and the DKW band) and the slow-request rate
-  (requests above the p95 target, canary vs stable, rate-ratio mixture).
+Gates, side by side on the same traffic:
 
-Model: sessions arrive; each goes to the canary with probability rho = 0.05 for the first
-step and 0.25 for the second. Each session has one Bernoulli event per rate signal and one
-latency (lognormal), bucketed into Prometheus native-histogram buckets (schema 3, factor
-2^(1/8), about 9 % apart). A tick is every 50 sessions: 30 s at 100 sessions/min, where the
-20,000-session horizon is 3.3 h (at 7 sessions/min it is a 48 h bake; delays are counted in
-canary sessions, which do not depend on the load).
+- ``fixed horizon``: one pooled two-proportion z test at alpha when the horizon is reached
+  (Kayenta style), for context; Mann-Whitney on the histograms for latency.
+- ``before``: the compare gate as it was: the rate-ratio mixture over the steps' events at
+  20% of alpha every tick, then a pooled two-proportion z test over both steps at 80%.
+- ``after``: ``rolloutd.analysis.comparisons.compare_rates``, the compare gate's statistics:
+  the same mixture with its evidence divided by the dispersion estimated from the steps'
+  blocks, then a Cochran-Mantel-Haenszel look stratified by block (so by step).
+- ``latency``: the latency gate (p95 bounds at alpha/2, slow-request rate at alpha/2),
+  unchanged: one column.
 
-The rolloutd tests are evaluated through the library; ticks where an upper bound on the Bayes
-factor (the maximum likelihood ratio) is below 1/alpha are skipped, and the p95 bounds use the
-monotone rejection boundary of the same statistic: decisions are identical (``--check``
-compares them with direct calls).
+The suite rules are simulated apart: 11 daily runs of a 300-case suite plus a 300-case
+sampled suite, each run's pairs drawn afresh (the runs' noise independent: the worst case
+for spending alpha across them); ``before`` judges every run at alpha (Tango's normal
+approximation for ``max_drop``), ``after`` spends ``spent_alpha`` with the exact test.
+
+Ticks where the largest likelihood ratio is below 1/alpha are skipped (no mixture can reject
+there, whatever the dispersion); ``--check`` judges every tick and asserts the screen.
+Delays are canary sessions when the gate fails, the median over all runs with a miss
+counting as never.
 
 Run: ``python3 bench/gate_statistics.py [--rollouts 1000] [--jobs 2] [--seed 6]``.
 """
@@ -37,97 +39,118 @@ Run: ``python3 bench/gate_statistics.py [--rollouts 1000] [--jobs 2] [--seed 6]`
 from __future__ import annotations
 
 import argparse
-import bisect
 import math
 import multiprocessing
 import os
-import random
 import statistics
 import sys
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from statistics import NormalDist
+
+import numpy as np
 
 # Runs from a checkout without installing rolloutd.
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 
-from rolloutd.analysis.quantiles import Method, compare_latency, dkw_radius, histogram_quantile
+from bench.traffic import (
+    BASE,
+    BOUNDS,
+    HORIZON,
+    LATENCY_MEDIAN,
+    LATENCY_SIGMA,
+    SIGNALS,
+    STEP_SECONDS,
+    TICK,
+    Canary,
+    Conditions,
+    Traffic,
+    simulate,
+)
+from rolloutd.analysis.comparisons import compare_rates
 from rolloutd.analysis.sequential import (
     Segment,
     beta_binomial_log_bf,
-    beta_binomial_test,
     rate_ratio_test,
+    two_proportion_test,
+)
+from rolloutd.analysis.stratified import Tally, block_count, blocks_from_cuts
+from rolloutd.evaluation.statistics import (
+    PairedCounts,
+    exact_critical_z,
+    max_drop_test,
+    score_statistic,
+    spent_alpha,
+    worse_p_value,
 )
 
 ALPHA = 0.05
-PHASES = ((10_000, 0.05), (10_000, 0.25))  # (sessions, canary share) per rollout step
-TICK = 50
-MIN_CANARY = 100
-Z_ONE_SIDED = 1.6448536269514722
-RATE_BASELINES = {"timeouts": 0.01, "schema": 0.003, "escalation": 0.05}
-RATE_THRESHOLDS = {"timeouts": 0.015, "schema": 0.005, "escalation": 0.055}
-LATENCY_MEDIAN, LATENCY_SIGMA = 2.0, 0.5
+SHARE = 0.2  # the compare gate's default sequential_share
+Z_ONE_SIDED = NormalDist().inv_cdf(1 - ALPHA)
 BASELINE_P95 = LATENCY_MEDIAN * math.exp(LATENCY_SIGMA * Z_ONE_SIDED)
-P95_THRESHOLD = 1.15 * BASELINE_P95  # the Flagger threshold, and rolloutd's absolute target
+P95_TARGET = 1.15 * BASELINE_P95
 MAX_RATIO = 1.10
-BOUNDS = [0.25 * 2 ** (i / 8) for i in range(57)]  # 0.25 s .. 32 s, then +Inf
+BOUND_LIST = [float(b) for b in BOUNDS]
+RATE_METHODS = ("fixed horizon", "before", "after")
+BLOCK = 300.0  # a compare gate's default window: its shortest block
+# As the gate decides by default (``comparisons.clustered``): escalations come once per session.
+CLUSTERED = {"timeouts": True, "schema": True, "escalation": False}
+GATES = ("timeouts", "schema", "escalation", "latency")
 
-RATE_METHODS = (
-    "threshold",
-    "fixed horizon (z)",
-    "rolloutd rate-ratio",
-    "rolloutd per-step",
-    "rolloutd compare gate",
+INDEPENDENT = Conditions("independent requests")
+EVERYTHING = Conditions(
+    "all at once (ICC 0.1)",
+    icc=0.1,
+    load_swing=0.3,
+    busier_second_step=1.3,
+    share_factor=0.86,
+    restart=True,
+    gaps=True,
 )
-# The compare gate's defaults: the every-tick test spends 20% of alpha, the final look 80%.
-SEQUENTIAL_SHARE = 0.2
-LATENCY_METHODS = (
-    "threshold",
-    "fixed horizon (MW)",
-    "rolloutd p95 bounds",
-    "rolloutd p95 DKW",
-    "rolloutd slow-rate",
-    "rolloutd latency gate",
+CONDITIONS = (
+    INDEPENDENT,
+    Conditions("sessions, ICC 0.02", icc=0.02),
+    Conditions("sessions, ICC 0.1", icc=0.1),
+    Conditions("load +-30%/min, step 2 x1.3", load_swing=0.3, busier_second_step=1.3),
+    Conditions("canary share 4.3% for 5%", share_factor=0.86),
+    Conditions("a canary replica restarts", restart=True),
+    Conditions("scrape gaps", gaps=True),
+    EVERYTHING,
+)
+REGRESSIONS = (
+    ("timeouts 1%->5%", Canary(timeouts=0.05), "timeouts"),
+    ("schema 0.3%->1%", Canary(schema=0.01), "schema"),
+    ("escalation 5%->6%", Canary(escalation=0.06), "escalation"),
+    ("p95 +20%", Canary(latency_scale=1.2), "latency"),
 )
 
 
 @dataclass(frozen=True)
 class Scenario:
-    """What the canary does differently; signals not listed are not simulated."""
+    """Traffic conditions and what the canary does differently (None: an A/A rollout)."""
 
     name: str
-    rates: dict[str, float] = field(default_factory=dict)  # signal -> canary rate
-    latency_scale: float | None = None
+    conditions: Conditions
+    canary: Canary
+    regressed: str | None
 
 
-SCENARIOS = (
-    Scenario("A/A", dict(RATE_BASELINES), 1.0),
-    Scenario("timeouts 1%->5%", {"timeouts": 0.05}),
-    Scenario("schema 0.3%->1%", {"schema": 0.01}),
-    Scenario("escalation 5%->6%", {"escalation": 0.06}),
-    Scenario("p95 +20%", {}, 1.2),
+SCENARIOS = tuple(
+    [Scenario(f"A/A, {c.name}", c, Canary(), None) for c in CONDITIONS]
+    + [
+        Scenario(f"{name}, {c.name}", c, canary, gate)
+        for c in (INDEPENDENT, EVERYTHING)
+        for name, canary, gate in REGRESSIONS
+    ]
 )
 
-
-def binomial(rng: random.Random, n: int, p: float) -> int:
-    """A Binomial(n, p) draw by inversion (small n * p here)."""
-    if n <= 0 or p <= 0:
-        return 0
-    q = 1 - p
-    ratio, a = p / q, (n + 1) * p / q
-    mass, u, x = q**n, rng.random(), 0
-    while u > mass and x < n:
-        u -= mass
-        x += 1
-        mass *= a / x - ratio
-    return x
+Outcome = dict[str, float | None]
+"""``gate/method`` -> canary sessions when it failed (None: never); ``dispersion/<signal>``
+-> the dispersion ``after`` used at the horizon."""
 
 
-def bucket_cdf(scale: float) -> list[float]:
-    """P(latency <= bound) at each finite bound for a lognormal scaled by ``scale``."""
-    mu = math.log(LATENCY_MEDIAN * scale)
-    return [0.5 * math.erfc(-(math.log(b) - mu) / (LATENCY_SIGMA * math.sqrt(2))) for b in BOUNDS]
+# --- rate gates ------------------------------------------------------------------------------
 
 
 def log_glr(k: float, n: float, rho: float) -> float:
@@ -141,16 +164,134 @@ def log_glr(k: float, n: float, rho: float) -> float:
     return value
 
 
-class Boundary:
-    """Smallest count k with a one-sided mixture BF >= 1/alpha among n, for n = 0, 1, ...
+def as_tally(row: np.ndarray) -> Tally:
+    """A row of ``Traffic.tallies`` as the library's Tally."""
+    return Tally(float(row[0]), float(row[1]), float(row[2]), float(row[3]))
 
-    One canary event more never lowers the Bayes factor and one stable event more never
-    raises it, so k*(n + 1) is k*(n) or k*(n) + 1: one evaluation per n.
-    """
+
+def segment(tally: Tally) -> Segment:
+    """A step's totals as the mixture's segment (the share measured from exposure)."""
+    share = tally.share
+    assert share is not None
+    return Segment(tally.canary_events, tally.stable_events, share)
+
+
+def usable(row: np.ndarray) -> bool:
+    """Measured (fresh, two samples) with exposure on both pools: the gate judges it."""
+    return bool(np.isfinite(row).all() and row[1] > 0 and row[3] > 0)
+
+
+class Windows:
+    """One signal's counts at every tick since its step began, and at each tick's block cuts,
+    as the compare gate asks for them."""
+
+    def __init__(self, traffic: Traffic, signal: str) -> None:
+        self.ticks = np.arange(TICK, HORIZON + TICK / 2, TICK)
+        starts = np.where(self.ticks > STEP_SECONDS, STEP_SECONDS, 0.0)
+        self.whole = traffic.tallies(signal, starts, self.ticks)
+        counts = [
+            block_count(t - s, BLOCK) if CLUSTERED[signal] else 1
+            for s, t in zip(starts, self.ticks, strict=True)
+        ]
+        cut_start = np.concatenate([np.full(b - 1, s) for s, b in zip(starts, counts, strict=True)])
+        cut_end = np.concatenate(
+            [
+                s + (t - s) * np.arange(1, b) / b
+                for s, t, b in zip(starts, self.ticks, counts, strict=True)
+            ]
+        )
+        self.cuts = traffic.tallies(signal, cut_start, cut_end)
+        self.offsets = np.concatenate([[0], np.cumsum([b - 1 for b in counts])])
+
+    def blocks(self, i: int) -> list[Tally]:
+        """The blocks of tick ``i``'s step so far, built as the gate builds them."""
+        rows = self.cuts[self.offsets[i] : self.offsets[i + 1]]
+        cuts = [as_tally(r) if np.isfinite(r).all() else None for r in rows]
+        return blocks_from_cuts(cuts, as_tally(self.whole[i]))
+
+
+def judge_rates(traffic: Traffic, signal: str, check: bool) -> Outcome:
+    """Every tick of one rollout for one signal: when each method fails, if it does."""
+    windows = Windows(traffic, signal)
+    ticks, whole = windows.ticks, windows.whole
+    end_of_first = int(np.searchsorted(ticks, STEP_SECONDS))
+    first = as_tally(whole[end_of_first]) if usable(whole[end_of_first]) else None
+    first_blocks = windows.blocks(end_of_first) if first is not None else []
+    outcome: Outcome = {f"{signal}/{m}": None for m in RATE_METHODS}
+    threshold = math.log(1 / (ALPHA * SHARE))
+    for i, t in enumerate(ticks):
+        if not usable(whole[i]):
+            continue  # inconclusive (stale or no samples) or pending (no exposure yet)
+        later = t > STEP_SECONDS
+        if later and first is None:
+            continue  # the earlier step cannot be measured: inconclusive, as in the gate
+        current = as_tally(whole[i])
+        steps = [first, current] if later and first is not None else [current]
+        bound = sum(log_glr(s.canary_events, s.events, segment(s).rho) for s in steps)
+        if bound < threshold and not check:
+            continue
+        seen = float(traffic.canary_sessions(t))
+        if outcome[f"{signal}/before"] is None:
+            rejects = rate_ratio_test([segment(s) for s in steps], alpha=ALPHA * SHARE).reject
+            assert not (rejects and bound < threshold), "GLR screen is not an upper bound"
+            if rejects:
+                outcome[f"{signal}/before"] = seen
+        if outcome[f"{signal}/after"] is None:
+            step_blocks = [first_blocks, windows.blocks(i)] if later else [windows.blocks(i)]
+            result = compare_rates(
+                step_blocks, alpha=ALPHA, sequential_share=SHARE, clustered=CLUSTERED[signal]
+            )
+            rejects = result.sequential.reject
+            assert not (rejects and bound < threshold), "GLR screen is not an upper bound"
+            if rejects:
+                outcome[f"{signal}/after"] = seen
+    last = len(ticks) - 1
+    final = [first_blocks, windows.blocks(last)] if first and usable(whole[last]) else None
+    outcome.update(judge_horizon(traffic, signal, outcome, final))
+    return outcome
+
+
+def judge_horizon(
+    traffic: Traffic, signal: str, outcome: Outcome, final: list[list[Tally]] | None
+) -> Outcome:
+    """The looks at the horizon: a pooled z test at alpha (fixed horizon), the old final look
+    (pooled z over both steps at 80% of alpha) and the new one (stratified, from
+    ``compare_rates``), each only where the method has not failed yet."""
+    found: Outcome = {}
+    horizon = float(traffic.canary_sessions(HORIZON))
+    everything = traffic.tallies(signal, np.array([0.0]), np.array([HORIZON]))[0]
+    if usable(everything):
+        pooled = as_tally(everything)
+        for method, alpha in (("fixed horizon", ALPHA), ("before", ALPHA * (1 - SHARE))):
+            look = two_proportion_test(
+                pooled.canary_events,
+                pooled.canary_exposure,
+                pooled.stable_events,
+                pooled.stable_exposure,
+                alpha=alpha,
+            )
+            if outcome[f"{signal}/{method}"] is None and look.reject:
+                found[f"{signal}/{method}"] = horizon
+    if final is not None:
+        result = compare_rates(
+            final, alpha=ALPHA, sequential_share=SHARE, final=final, clustered=CLUSTERED[signal]
+        )
+        assert result.final is not None
+        if outcome[f"{signal}/after"] is None and result.final.reject:
+            found[f"{signal}/after"] = horizon
+        found[f"dispersion/{signal}"] = result.final.dispersion.phi
+    return found
+
+
+# --- the latency gate (unchanged: measured, not fixed here) ------------------------------------
+
+
+class Boundary:
+    """Smallest count k with a one-sided mixture BF >= 1/alpha among n, for n = 0, 1, ..."""
 
     def __init__(self, rho: float, alpha: float) -> None:
         self.rho, self.log_threshold = rho, math.log(1 / alpha)
-        self.table = [1]  # n = 0: no count rejects (1 > n)
+        self.table = [1]
 
     def __call__(self, n: int) -> int:
         while len(self.table) <= n:
@@ -161,206 +302,28 @@ class Boundary:
         return self.table[n]
 
 
-Alarms = dict[tuple[str, str], int | None]
-"""(signal, method) -> canary sessions seen when the method alarmed, or None; and under
-``HORIZON`` the canary sessions of the whole run (where the fixed-horizon test looks)."""
-HORIZON = ("horizon", "horizon")
+# compare_latency against stable: alpha/2 for the bounds (alpha/4 a pool), alpha/2 for the
+# slow-request rate.
+_GATE_CANARY = Boundary(0.05, ALPHA / 4)
+_GATE_STABLE = Boundary(0.95, ALPHA / 4)
 
 
-def simulate(scenario: Scenario, seed: int, boundaries: dict[str, Boundary], check: bool) -> Alarms:
-    """One rollout: every method judged at every tick, the fixed-horizon tests at the end."""
-    rng = random.Random(seed)
-    canary_rates = scenario.rates
-    signals = list(canary_rates)
-    alarms: Alarms = {}
-    for signal in signals:
-        for method in RATE_METHODS:
-            alarms[(signal, method)] = None
-    latency = scenario.latency_scale is not None
-    if latency:
-        for method in LATENCY_METHODS:
-            alarms[("latency", method)] = None
-        cdf_s, cdf_c = bucket_cdf(1.0), bucket_cdf(scenario.latency_scale or 1.0)
-        hist_s, hist_c = [0] * (len(BOUNDS) + 1), [0] * (len(BOUNDS) + 1)
-        target_index = next(i for i, b in enumerate(BOUNDS) if b >= P95_THRESHOLD)
-        slow = [[0, 0] for _ in PHASES]  # per phase: canary, stable requests above target
-    events = {s: [[0, 0] for _ in PHASES] for s in signals}  # per phase: canary, stable
-    sessions = [[0, 0] for _ in PHASES]
-    canary_total = 0
-    for phase, (length, rho) in enumerate(PHASES):
-        for _ in range(length // TICK):
-            c = binomial(rng, TICK, rho)
-            s = TICK - c
-            sessions[phase][0] += c
-            sessions[phase][1] += s
-            canary_total += c
-            for signal in signals:
-                counts = events[signal][phase]
-                counts[0] += binomial(rng, c, canary_rates[signal])
-                counts[1] += binomial(rng, s, RATE_BASELINES[signal])
-                judge_rates(signal, events[signal], sessions, phase, canary_total, alarms, check)
-            if latency:
-                for _ in range(c):
-                    i = bisect.bisect_left(cdf_c, rng.random())
-                    hist_c[i] += 1
-                    slow[phase][0] += i > target_index
-                for _ in range(s):
-                    i = bisect.bisect_left(cdf_s, rng.random())
-                    hist_s[i] += 1
-                    slow[phase][1] += i > target_index
-                judge_latency(
-                    hist_c, hist_s, slow, sessions, phase, canary_total, alarms, boundaries, check
-                )
-    for signal in signals:
-        if fixed_horizon_rates(events[signal], sessions):
-            alarms[(signal, "fixed horizon (z)")] = canary_total
-        # The compare gate's final look: the same test once, at alpha * (1 - share).
-        key = (signal, "rolloutd compare gate")
-        final_z = NormalDist().inv_cdf(1 - ALPHA * (1 - SEQUENTIAL_SHARE))
-        if alarms[key] is None and fixed_horizon_rates(events[signal], sessions, final_z):
-            alarms[key] = canary_total
-    if latency and mann_whitney_z(hist_c, hist_s) > Z_ONE_SIDED:
-        alarms[("latency", "fixed horizon (MW)")] = canary_total
-    alarms[HORIZON] = canary_total
-    return alarms
+def last_bound(holds: Callable[[int], bool]) -> float | None:
+    """The largest finite bound where ``holds`` (true on a prefix), or None."""
+    low, high = 0, len(BOUND_LIST)
+    while low < high:
+        middle = (low + high) // 2
+        low, high = (middle + 1, high) if holds(middle) else (low, middle)
+    return BOUND_LIST[low - 1] if low > 0 else None
 
 
-def segments_of(counts: list[list[int]], sessions: list[list[int]], upto: int) -> list[Segment]:
-    """The steps so far with canary traffic, each with its measured canary share."""
-    return [
-        Segment(counts[j][0], counts[j][1], sessions[j][0] / (sessions[j][0] + sessions[j][1]))
-        for j in range(upto + 1)
-        if sessions[j][0] > 0 and sessions[j][1] > 0
-    ]
-
-
-def rate_ratio_rejects(segments: list[Segment], check: bool, alpha: float = ALPHA) -> bool:
-    """rolloutd's rate test across steps, skipped when even the best-case ratio cannot reject."""
-    bound = sum(
-        log_glr(s.canary_events, s.canary_events + s.stable_events, s.rho) for s in segments
-    )
-    if bound < math.log(1 / alpha) and not check:
-        return False
-    rejects = rate_ratio_test(segments, alpha=alpha).reject
-    assert not (rejects and bound < math.log(1 / alpha)), "GLR screen is not an upper bound"
-    return rejects
-
-
-def per_step_rejects(segment: Segment | None, check: bool, share: float = 1.0) -> bool:
-    """The Beta-binomial test on the current step alone, at ``share`` of alpha split over
-    the steps."""
-    if segment is None:
-        return False
-    n = segment.canary_events + segment.stable_events
-    alpha = ALPHA * share / len(PHASES)
-    bound = log_glr(segment.canary_events, n, segment.rho)
-    if bound < math.log(1 / alpha) and not check:
-        return False
-    rejects = beta_binomial_test(
-        segment.canary_events, segment.stable_events, segment.rho, alpha=alpha
-    ).reject
-    assert not (rejects and bound < math.log(1 / alpha)), "GLR screen is not an upper bound"
-    return rejects
-
-
-def judge_rates(
-    signal: str,
-    counts: list[list[int]],
-    sessions: list[list[int]],
-    phase: int,
-    canary_total: int,
-    alarms: dict[tuple[str, str], int | None],
-    check: bool,
-) -> None:
-    """The rate methods at this tick, for one signal."""
-    key = (signal, "threshold")
-    if alarms[key] is None and canary_total >= MIN_CANARY:
-        canary_events = sum(c[0] for c in counts)
-        if canary_events / canary_total > RATE_THRESHOLDS[signal]:
-            alarms[key] = canary_total
-    segments = segments_of(counts, sessions, phase)
-    key = (signal, "rolloutd rate-ratio")
-    if alarms[key] is None and segments and rate_ratio_rejects(segments, check):
-        alarms[key] = canary_total
-    key = (signal, "rolloutd per-step")
-    current = segments[-1] if segments and sessions[phase][0] > 0 else None
-    if alarms[key] is None and per_step_rejects(current, check):
-        alarms[key] = canary_total
-    key = (signal, "rolloutd compare gate")
-    if (
-        alarms[key] is None
-        and segments
-        and rate_ratio_rejects(segments, check, ALPHA * SEQUENTIAL_SHARE)
-    ):
-        alarms[key] = canary_total
-
-
-def judge_latency(
-    hist_c: list[int],
-    hist_s: list[int],
-    slow: list[list[int]],
-    sessions: list[list[int]],
-    phase: int,
-    canary_total: int,
-    alarms: dict[tuple[str, str], int | None],
-    boundaries: dict[str, Boundary],
-    check: bool,
-) -> None:
-    """The latency methods at this tick."""
-    cum_c = cumulative(hist_c)
-    cum_s = cumulative(hist_s)
-    n_c, n_s = cum_c[-1], cum_s[-1]
-    key = ("latency", "threshold")
-    if check and n_c:
-        estimate = histogram_quantile(0.95, as_buckets(cum_c))
-        assert p95_above(cum_c, P95_THRESHOLD) == (estimate > P95_THRESHOLD), "p95 shortcut"
-    if alarms[key] is None and n_c >= MIN_CANARY and p95_above(cum_c, P95_THRESHOLD):
-        alarms[key] = canary_total
-    # compare_latency with a stable comparison puts alpha / 2 on each pool's bound.
-    key = ("latency", "rolloutd p95 bounds")
-    if alarms[key] is None:
-        k_c = boundaries["canary"](n_c)  # requests above b needed to claim p95 > b
-        k_s = boundaries["stable"](n_s)  # requests at or below b needed to claim p95 <= b
-        lower = last_bound(lambda i: n_c - cum_c[i] >= k_c)
-        upper = first_bound(lambda i: cum_s[i] >= k_s)
-        flagged = flags(lower, upper)
-        if check:
-            assert flagged == direct(cum_c, cum_s, "mixture"), "boundary table disagrees"
-        if flagged:
-            alarms[key] = canary_total
-    key = ("latency", "rolloutd p95 DKW")
-    if alarms[key] is None:
-        eps_c = dkw_radius(n_c, ALPHA / 2)
-        eps_s = dkw_radius(n_s, ALPHA / 2)
-        lower = last_bound(lambda i: cum_c[i] / n_c + eps_c < 0.95) if n_c else None
-        upper = first_bound(lambda i: cum_s[i] / n_s - eps_s >= 0.95) if n_s else None
-        flagged = flags(lower, upper)
-        if check:
-            assert flagged == direct(cum_c, cum_s, "dkw"), "DKW scan disagrees"
-        if flagged:
-            alarms[key] = canary_total
-    key = ("latency", "rolloutd slow-rate")
-    if alarms[key] is None:
-        segments = segments_of(slow, sessions, phase)
-        if segments and rate_ratio_rejects(segments, check):
-            alarms[key] = canary_total
-    # The latency gate as plans get it: the p95 bounds at alpha / 2 (alpha / 4 a side), or
-    # the slow-request rate more than max_ratio x stable's at alpha / 2.
-    key = ("latency", "rolloutd latency gate")
-    if alarms[key] is None:
-        k_c = boundaries["gate canary"](n_c)
-        k_s = boundaries["gate stable"](n_s)
-        lower = last_bound(lambda i: n_c - cum_c[i] >= k_c)
-        upper = first_bound(lambda i: cum_s[i] >= k_s)
-        flagged = flags(lower, upper)
-        if not flagged:
-            shifted = [
-                Segment(g.canary_events, g.stable_events, shift(g.rho, MAX_RATIO))
-                for g in segments_of(slow, sessions, phase)
-            ]
-            flagged = bool(shifted) and rate_ratio_rejects(shifted, check, ALPHA / 2)
-        if flagged:
-            alarms[key] = canary_total
+def first_bound(holds: Callable[[int], bool]) -> float | None:
+    """The smallest finite bound where ``holds`` (true on a suffix), or None."""
+    low, high = 0, len(BOUND_LIST)
+    while low < high:
+        middle = (low + high) // 2
+        low, high = (low, middle) if holds(middle) else (middle + 1, high)
+    return BOUND_LIST[low] if low < len(BOUND_LIST) else None
 
 
 def shift(rho: float, ratio: float) -> float:
@@ -368,85 +331,11 @@ def shift(rho: float, ratio: float) -> float:
     return rho * ratio / (rho * ratio + 1 - rho)
 
 
-def flags(lower: float | None, upper: float | None) -> bool:
-    """compare_latency's rule: canary lower bound >= target, or >= max_ratio x stable upper."""
-    if lower is None:
-        return False
-    return lower >= P95_THRESHOLD or (upper is not None and lower >= MAX_RATIO * upper)
-
-
-def direct(cum_c: list[int], cum_s: list[int], method: Method) -> bool:
-    """The same decision straight from the library, for ``--check``."""
-    result = compare_latency(
-        as_buckets(cum_c),
-        as_buckets(cum_s),
-        target_seconds=P95_THRESHOLD,
-        max_ratio=MAX_RATIO,
-        alpha=ALPHA,
-        method=method,
-    )
-    return result.regressed
-
-
-def as_buckets(cum: list[int]) -> list[tuple[float, float]]:
-    """Cumulative counts as the (le, count) pairs Prometheus returns."""
-    return [*zip(BOUNDS, map(float, cum[:-1]), strict=True), (math.inf, float(cum[-1]))]
-
-
-def cumulative(hist: list[int]) -> list[int]:
-    """Per-bucket counts to cumulative ones."""
-    out, running = [], 0
-    for count in hist:
-        running += count
-        out.append(running)
-    return out
-
-
-def last_bound(holds: Callable[[int], bool]) -> float | None:
-    """The largest finite bound where ``holds`` (true on a prefix), or None."""
-    low, high = 0, len(BOUNDS)
-    while low < high:
-        middle = (low + high) // 2
-        low, high = (middle + 1, high) if holds(middle) else (low, middle)
-    return BOUNDS[low - 1] if low > 0 else None
-
-
-def first_bound(holds: Callable[[int], bool]) -> float | None:
-    """The smallest finite bound where ``holds`` (true on a suffix), or None."""
-    low, high = 0, len(BOUNDS)
-    while low < high:
-        middle = (low + high) // 2
-        low, high = (low, middle) if holds(middle) else (middle + 1, high)
-    return BOUNDS[low] if low < len(BOUNDS) else None
-
-
-def p95_above(cum: list[int], value: float) -> bool:
-    """histogram_quantile(0.95) > value, via the interpolated CDF at ``value`` (monotone)."""
-    i = bisect.bisect_left(BOUNDS, value)
-    start = BOUNDS[i - 1] if i > 0 else 0.0
-    below = cum[i - 1] if i > 0 else 0
-    at_value = below + (cum[i] - below) * (value - start) / (BOUNDS[i] - start)
-    return 0.95 * cum[-1] > at_value
-
-
-def fixed_horizon_rates(
-    counts: list[list[int]], sessions: list[list[int]], critical: float = Z_ONE_SIDED
-) -> bool:
-    """One-sided pooled two-proportion z test over the whole horizon."""
-    k_c, k_s = sum(c[0] for c in counts), sum(c[1] for c in counts)
-    n_c, n_s = sum(s[0] for s in sessions), sum(s[1] for s in sessions)
-    pooled = (k_c + k_s) / (n_c + n_s)
-    if pooled in (0.0, 1.0):
-        return False
-    z = (k_c / n_c - k_s / n_s) / math.sqrt(pooled * (1 - pooled) * (1 / n_c + 1 / n_s))
-    return z > critical
-
-
-def mann_whitney_z(hist_c: Sequence[int], hist_s: Sequence[int]) -> float:
+def mann_whitney_z(hist_c: Sequence[float], hist_s: Sequence[float]) -> float:
     """One-sided z of "canary slower" from bucket counts, ties (same bucket) at 1/2."""
     n_c, n_s = sum(hist_c), sum(hist_s)
     total = n_c + n_s
-    u, below, ties = 0.0, 0, 0.0
+    u, below, ties = 0.0, 0.0, 0.0
     for c, s in zip(hist_c, hist_s, strict=True):
         u += c * (below + s / 2)
         below += s
@@ -456,35 +345,88 @@ def mann_whitney_z(hist_c: Sequence[int], hist_s: Sequence[int]) -> float:
     return (u - n_c * n_s / 2) / math.sqrt(variance)
 
 
-def run_chunk(task: tuple[int, int, int, int, bool]) -> list[Alarms]:
-    """A worker: ``count`` rollouts of one scenario, seeded by rollout index."""
+def p95_flags(cum_c: list[float], cum_s: list[float]) -> bool:
+    """compare_latency's p95 rule on cumulative bucket counts: the canary's lower bound at or
+    above the target, or above ``max_ratio`` x stable's upper bound."""
+    n_c, n_s = int(cum_c[-1]), int(cum_s[-1])
+    k_c, k_s = _GATE_CANARY(n_c), _GATE_STABLE(n_s)
+    lower = last_bound(lambda j: n_c - cum_c[j] >= k_c)
+    upper = first_bound(lambda j: cum_s[j] >= k_s)
+    if lower is None:
+        return False
+    return lower >= P95_TARGET or (upper is not None and lower >= MAX_RATIO * upper)
+
+
+def judge_latency(traffic: Traffic) -> Outcome:
+    """The latency gate at every tick: p95 bounds or the slow-request rate."""
+    ticks = np.arange(TICK, HORIZON + TICK / 2, TICK)
+    target = next(i for i, b in enumerate(BOUND_LIST) if b >= P95_TARGET)
+    cumulative, slow, seen = {}, {}, {}
+    for pool, (times, latency) in traffic.latency.items():
+        tick = np.minimum((times // TICK).astype(int), len(ticks) - 1)
+        bucket = np.searchsorted(BOUNDS, latency, side="left")
+        width = len(BOUNDS) + 1
+        grid = np.bincount(tick * width + bucket, minlength=len(ticks) * width)
+        grid = grid.reshape(len(ticks), width).astype(float)
+        cumulative[pool] = np.cumsum(np.cumsum(grid, axis=0), axis=1)  # over ticks, then le
+        cell = tick * 2 + (times >= STEP_SECONDS).astype(int)
+        over = np.bincount(cell, weights=bucket > target, minlength=len(ticks) * 2)
+        total = np.bincount(cell, minlength=len(ticks) * 2).astype(float)
+        slow[pool] = np.cumsum(over.reshape(len(ticks), 2), axis=0)
+        seen[pool] = np.cumsum(total.reshape(len(ticks), 2), axis=0)
+    outcome: Outcome = {"latency/fixed horizon": None, "latency/after": None}
+    for i, t in enumerate(ticks):
+        flagged = p95_flags(cumulative["canary"][i].tolist(), cumulative["stable"][i].tolist())
+        if not flagged:
+            segments = []
+            for step in range(1 + int(t > STEP_SECONDS)):
+                c, s = seen["canary"][i, step], seen["stable"][i, step]
+                if c > 0 and s > 0:
+                    rho = shift(c / (c + s), MAX_RATIO)
+                    segments.append(Segment(slow["canary"][i, step], slow["stable"][i, step], rho))
+            bound = sum(
+                log_glr(g.canary_events, g.canary_events + g.stable_events, g.rho) for g in segments
+            )
+            if segments and bound >= math.log(2 / ALPHA):
+                flagged = rate_ratio_test(segments, alpha=ALPHA / 2).reject
+        if flagged:
+            outcome["latency/after"] = float(traffic.canary_sessions(t))
+            break
+    final_c = np.diff(cumulative["canary"][-1], prepend=0).tolist()
+    final_s = np.diff(cumulative["stable"][-1], prepend=0).tolist()
+    if mann_whitney_z(final_c, final_s) > Z_ONE_SIDED:
+        outcome["latency/fixed horizon"] = float(traffic.canary_sessions(HORIZON))
+    outcome["latency/before"] = outcome["latency/after"]
+    return outcome
+
+
+# --- running ---------------------------------------------------------------------------------
+
+
+def run_chunk(task: tuple[int, int, int, int, bool]) -> list[Outcome]:
+    """A worker: ``count`` rollouts of one scenario, each seeded by its index."""
     scenario_index, first, count, seed, check = task
     scenario = SCENARIOS[scenario_index]
-    boundaries = _BOUNDARIES
-    return [
-        simulate(
-            scenario,
-            seed * 1_000_003 + scenario_index * 100_003 + i,
-            boundaries,
-            check and i < first + CHECK_ROLLOUTS,
-        )
-        for i in range(first, first + count)
-    ]
+    outcomes = []
+    for i in range(first, first + count):
+        rng = np.random.default_rng([seed, scenario_index, i])
+        traffic = simulate(scenario.conditions, scenario.canary, rng)
+        outcome: Outcome = {}
+        for signal in SIGNALS:
+            outcome.update(judge_rates(traffic, signal, check and i < first + 2))
+        outcome.update(judge_latency(traffic))
+        outcome["horizon"] = float(traffic.canary_sessions(HORIZON))
+        outcomes.append(outcome)
+    return outcomes
 
 
-CHECK_ROLLOUTS = 3
-# p95 bounds: canary "above b" at alpha/2 (null share 0.05 above), stable "at or below b"
-# at alpha/2 (null share 0.95 at or below); built lazily in each worker process.
-_BOUNDARIES = {
-    "canary": Boundary(0.05, ALPHA / 2),
-    "stable": Boundary(0.95, ALPHA / 2),
-    "gate canary": Boundary(0.05, ALPHA / 4),
-    "gate stable": Boundary(0.95, ALPHA / 4),
-}
+def median_delay(delays: Sequence[float | None]) -> float:
+    """Median over all runs, a miss counting as infinitely late."""
+    return statistics.median_low(sorted(math.inf if d is None else d for d in delays))
 
 
 def wilson(successes: int, n: int) -> tuple[float, float]:
-    """Wilson 95 % interval for a proportion."""
+    """Wilson 95% interval for a proportion."""
     z = 1.959963984540054
     p = successes / n
     centre = (p + z * z / (2 * n)) / (1 + z * z / n)
@@ -492,169 +434,204 @@ def wilson(successes: int, n: int) -> tuple[float, float]:
     return max(0.0, centre - half), min(1.0, centre + half)
 
 
-def median_delay(delays: Sequence[float | None]) -> float:
-    """Median over all runs, a miss counting as infinitely late."""
-    ordered = sorted(math.inf if d is None else d for d in delays)
-    return statistics.median_low(ordered)
+def rate_cell(delays: Sequence[float | None], null: bool) -> tuple[str, float]:
+    """A table cell: false-alarm rate (A/A) or median delay and detected share."""
+    hits = sum(d is not None for d in delays)
+    if null:
+        return f"{hits / len(delays):.1%}", hits / len(delays)
+    median = median_delay(delays)
+    shown = "never" if math.isinf(median) else f"{median:,.0f}"
+    return f"{shown} ({hits / len(delays):.0%})", median
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    """Run every scenario, print the parameters, the table and the checks."""
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--rollouts", type=int, default=1000)
-    parser.add_argument("--jobs", type=int, default=min(2, os.cpu_count() or 1))
-    parser.add_argument("--seed", type=int, default=6)
-    parser.add_argument(
-        "--check",
-        action="store_true",
-        help=f"compare fast paths with direct library calls on {CHECK_ROLLOUTS} rollouts per chunk",
-    )
-    args = parser.parse_args(argv)
-    print(parameters(args))
-    started = time.monotonic()
-    chunk = max(1, min(100, args.rollouts // (4 * args.jobs) or 1))
-    rows = []
-    with multiprocessing.Pool(args.jobs) as pool:
-        for index, scenario in enumerate(SCENARIOS):
-            tasks = [
-                (index, first, min(chunk, args.rollouts - first), args.seed, args.check)
-                for first in range(0, args.rollouts, chunk)
-            ]
-            outcomes: list[Alarms] = []
-            for part in pool.imap(run_chunk, tasks):
-                outcomes.extend(part)
-            rows.extend(summarise(scenario, outcomes))
-            print(
-                f"  {scenario.name}: {len(outcomes)} rollouts, "
-                f"{time.monotonic() - started:.0f} s elapsed",
-                file=sys.stderr,
-                flush=True,
-            )
-    print(table(rows))
-    print(verdicts(rows))
-    print(
-        f"\n{args.rollouts} rollouts per scenario, {args.jobs} jobs, "
-        f"{time.monotonic() - started:.0f} s"
-    )
-    return 0
-
-
-@dataclass(frozen=True)
-class Row:
-    """One line of the table: a method on a signal in a scenario."""
-
-    scenario: str
-    signal: str
-    method: str
-    runs: int
-    alarms: int
-    median_all: float
-    median_share: float
-    median_detected: float | None
-    null: bool
-
-
-def summarise(scenario: Scenario, outcomes: list[Alarms]) -> list[Row]:
-    """Alarm counts and delays per (signal, method)."""
-    rows = []
-    horizons = [o[HORIZON] or 1 for o in outcomes]
-    for key in outcomes[0]:
-        if key == HORIZON:
-            continue
-        delays = [o[key] for o in outcomes]
-        # The delay as a share of the run's own horizon: a detection at the end is 1.0 for
-        # every method, so runs of different lengths do not tilt the comparison.
-        shares = [None if d is None else d / h for d, h in zip(delays, horizons, strict=True)]
-        hits = [d for d in delays if d is not None]
-        rows.append(
-            Row(
-                scenario.name,
-                key[0],
-                key[1],
-                len(delays),
-                len(hits),
-                median_delay(delays),
-                median_delay(shares),
-                statistics.median_low(hits) if hits else None,
-                scenario.name == "A/A",
-            )
-        )
-    return rows
-
-
-def table(rows: list[Row]) -> str:
-    """The results as a Markdown table."""
+def table(results: list[tuple[Scenario, list[Outcome]]]) -> str:
+    """Gates by scenario: fixed horizon, before, after and after/before."""
     lines = [
         "",
-        "| scenario | signal | method | alarm rate (95% CI) | median delay, all runs |"
-        " median delay, detected |",
+        "| scenario | gate | fixed horizon | before | after | after / before |",
         "|---|---|---|---|---|---|",
     ]
-    for r in rows:
-        low, high = wilson(r.alarms, r.runs)
-        kind = "false alarms" if r.null else "detected"
-        rate = f"{r.alarms / r.runs:.1%} {kind} ({low:.1%}-{high:.1%})"
-        if r.null:
-            all_runs = detected = "-"
-        else:
-            all_runs = "not reached" if math.isinf(r.median_all) else f"{r.median_all:.0f}"
-            detected = "-" if r.median_detected is None else f"{r.median_detected:.0f}"
+    for scenario, outcomes in results:
+        null = scenario.regressed is None
+        for gate in GATES if null else (scenario.regressed or "",):
+            cells, values = [], []
+            for method in RATE_METHODS:
+                text, value = rate_cell([o.get(f"{gate}/{method}") for o in outcomes], null)
+                cells.append(text)
+                values.append(value)
+            before, after = values[1], values[2]
+            if before == 0 or math.isinf(before) or math.isinf(after):
+                ratio = "-" if before == after else ("never" if math.isinf(after) else "-")
+            else:
+                ratio = f"{after / before:.2f}x"
+            lines.append(f"| {scenario.name} | {gate} | {' | '.join(cells)} | {ratio} |")
+    return "\n".join(lines)
+
+
+def dispersion_table(results: list[tuple[Scenario, list[Outcome]]]) -> str:
+    """The dispersion the compare gate estimated at the horizon (median over rollouts)."""
+    lines = [
+        "",
+        "Dispersion used by the final look (median, 10th-90th percentile):",
+        "",
+        "| scenario | timeouts | schema | escalation |",
+        "|---|---|---|---|",
+    ]
+    for scenario, outcomes in results:
+        if scenario.regressed is not None:
+            continue
+        cells = []
+        for signal in SIGNALS:
+            values = sorted(v for o in outcomes if (v := o.get(f"dispersion/{signal}")) is not None)
+            if not values:
+                cells.append("-")
+                continue
+            n = len(values)
+            cells.append(f"{values[n // 2]:.2f} ({values[n // 10]:.2f}-{values[9 * n // 10]:.2f})")
+        lines.append(f"| {scenario.name} | {' | '.join(cells)} |")
+    return "\n".join(lines)
+
+
+# --- the suite ---------------------------------------------------------------------------------
+
+SUITE_CASES, SUITE_RUNS, SUITE_LOOKS, MARGIN = 300, 11, 2, 0.01
+SUITE_CELLS = (
+    ("max_drop", 0.05, 0.0),
+    ("max_drop", 0.02, 0.01),
+    ("max_drop", 0.05, 0.01),
+    ("max_drop", 0.05, 0.03),
+    ("max_drop", 0.05, 0.05),
+    ("at_least_baseline", 0.05, 0.0),
+    ("at_least_baseline", 0.05, 0.02),
+    ("at_least_baseline", 0.05, 0.05),
+)
+
+
+def suite_rollouts(
+    rule: str, churn: float, drop: float, rollouts: int, seed: int, check: bool
+) -> tuple[list[int | None], list[int | None]]:
+    """The run (1-11) at which each rule first fires in each rollout, before and after."""
+    rng = np.random.default_rng([seed, 99, round(churn * 1000), round(drop * 1000)])
+    worse, better = churn / 2 + drop, churn / 2
+    draws = rng.multinomial(
+        SUITE_CASES, [worse, better, 1 - worse - better], size=(rollouts, SUITE_RUNS, SUITE_LOOKS)
+    )
+    normal = NormalDist().inv_cdf(1 - ALPHA)
+    critical = [
+        exact_critical_z(SUITE_CASES, MARGIN, spent_alpha(ALPHA, t, SUITE_LOOKS))
+        for t in range(1, SUITE_RUNS + 1)
+    ]
+    before: list[int | None] = []
+    after: list[int | None] = []
+    checked = 0
+    for rollout in draws:
+        first_before = first_after = None
+        for t, looks in enumerate(rollout, start=1):
+            level = spent_alpha(ALPHA, t, SUITE_LOOKS)
+            for b, c, _ in looks:
+                counts = PairedCounts(SUITE_CASES - b - c, int(b), int(c), 0)
+                if rule == "max_drop":
+                    z = score_statistic(counts, MARGIN)
+                    old = z > normal
+                    new = b - c > SUITE_CASES * MARGIN and z >= critical[t - 1]
+                    if check and checked < 40:
+                        checked += 1
+                        assert new == max_drop_test(counts, MARGIN, level).fires, (b, c, t)
+                else:
+                    p = worse_p_value(counts)
+                    old, new = p < ALPHA, p < level
+                if old and first_before is None:
+                    first_before = t
+                if new and first_after is None:
+                    first_after = t
+        before.append(first_before)
+        after.append(first_after)
+    return before, after
+
+
+def suite_table(rollouts: int, seed: int, check: bool) -> str:
+    """Per-rollout firing (11 daily runs, suite + sampled suite) before and after."""
+    lines = [
+        "",
+        f"Suite rules over {SUITE_RUNS} daily runs of {SUITE_CASES} cases plus a"
+        f" {SUITE_CASES}-case sampled suite ({rollouts} rollouts per row; margin 1 point):",
+        "",
+        "| rule | churn | true drop | before: fires per rollout | after | before: median"
+        " first run | after |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for rule, churn, drop in SUITE_CELLS:
+        before, after = suite_rollouts(rule, churn, drop, rollouts, seed, check)
+        cells = []
+        for runs in (before, after):
+            hits = sum(r is not None for r in runs)
+            low, high = wilson(hits, len(runs))
+            cells.append(f"{hits / len(runs):.1%} ({low:.1%}-{high:.1%})")
+        for runs in (before, after):
+            median = median_delay([None if r is None else float(r) for r in runs])
+            cells.append("never" if math.isinf(median) else f"{median:.0f}")
         lines.append(
-            f"| {r.scenario} | {r.signal} | {r.method} | {rate} | {all_runs} | {detected} |"
+            f"| {rule} | {churn:.0%} | {100 * drop:g} points | {cells[0]} | {cells[1]} |"
+            f" {cells[2]} | {cells[3]} |"
         )
     return "\n".join(lines)
 
 
-def verdicts(rows: list[Row]) -> str:
-    """Issue #6's two requirements, checked for every rolloutd method."""
-    out = [
-        "",
-        "Checks (alpha = 0.05; delays are medians over all runs, a miss counting as late, each"
-        " run's delay taken as a share of its own horizon):",
-    ]
-    for r in rows:
-        if not r.method.startswith("rolloutd"):
-            continue
-        if r.null:
-            ok = r.alarms / r.runs <= ALPHA
-            out.append(
-                f"- A/A {r.signal}, {r.method}: false-alarm rate {r.alarms / r.runs:.1%}"
-                f" {'<=' if ok else '>'} alpha: {'OK' if ok else 'FAILS'}"
-            )
-            continue
-        fixed = next(
-            x
-            for x in rows
-            if x.scenario == r.scenario and x.signal == r.signal and x.method.startswith("fixed")
-        )
-        ok = r.median_share <= fixed.median_share and not math.isinf(r.median_share)
-        mine = "not reached" if math.isinf(r.median_all) else f"{r.median_all:.0f}"
-        theirs = "not reached" if math.isinf(fixed.median_all) else f"{fixed.median_all:.0f}"
-        out.append(
-            f"- {r.scenario}, {r.method}: median delay {mine} vs fixed horizon {theirs}"
-            f" canary sessions: {'OK' if ok else 'NOT as fast'}"
-        )
-    return "\n".join(out)
-
-
 def parameters(args: argparse.Namespace) -> str:
-    """The simulation parameters, printed above the table."""
-    steps = ", ".join(f"{n} sessions at rho={rho}" for n, rho in PHASES)
+    """The simulation parameters, printed above the tables."""
     return "\n".join(
         [
             "# Gate statistics benchmark",
             "",
-            f"- rollouts per scenario: {args.rollouts} (seed {args.seed}); steps: {steps};"
-            f" a tick every {TICK} sessions; alpha = {ALPHA}",
-            f"- baselines: {RATE_BASELINES}; thresholds (polled): {RATE_THRESHOLDS},"
-            f" after >= {MIN_CANARY} canary sessions",
-            f"- latency: lognormal median {LATENCY_MEDIAN} s, sigma {LATENCY_SIGMA} (p95"
-            f" {BASELINE_P95:.2f} s); buckets 0.25 s x 2^(i/8) to {BOUNDS[-1]:.0f} s + +Inf",
-            f"- p95 threshold (polled) and rolloutd's target: {P95_THRESHOLD:.2f} s"
-            f" (1.15 x baseline); rolloutd max_ratio {MAX_RATIO}; slow requests: above the"
-            " first bound >= the target",
+            f"- {args.rollouts} rollouts per scenario, seed {args.seed}; steps 5% then 25%,"
+            f" {STEP_SECONDS / 60:.0f} min each at 100 sessions/min, a tick every {TICK:.0f} s;"
+            f" alpha = {ALPHA}, sequential share {SHARE}",
+            f"- baselines {BASE}; sessions of 15 turns 20 s apart; counters scraped every 15 s"
+            " on 2 canary and 3 stable replicas",
+            f"- latency lognormal, median {LATENCY_MEDIAN} s, sigma {LATENCY_SIGMA}; target"
+            f" {P95_TARGET:.2f} s, max_ratio {MAX_RATIO}",
+            "- cells: A/A rows false-alarm rate per rollout; regression rows median canary"
+            " sessions to the failure over all runs (share of runs detected)",
         ]
     )
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run every scenario and the suite cells, print the tables."""
+    parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n\n")[0])
+    parser.add_argument("--rollouts", type=int, default=1000)
+    parser.add_argument("--suite-rollouts", type=int, default=4000)
+    parser.add_argument("--jobs", type=int, default=min(2, os.cpu_count() or 1))
+    parser.add_argument("--seed", type=int, default=6)
+    parser.add_argument("--only", help="run only scenarios whose name contains this")
+    parser.add_argument("--check", action="store_true", help="judge every tick, assert screens")
+    args = parser.parse_args(argv)
+    print(parameters(args))
+    started = time.monotonic()
+    chunk = max(1, min(50, args.rollouts // (4 * args.jobs) or 1))
+    results = []
+    with multiprocessing.Pool(args.jobs) as pool:
+        for index, scenario in enumerate(SCENARIOS):
+            if args.only and args.only not in scenario.name:
+                continue
+            tasks = [
+                (index, first, min(chunk, args.rollouts - first), args.seed, args.check)
+                for first in range(0, args.rollouts, chunk)
+            ]
+            outcomes: list[Outcome] = []
+            for part in pool.imap(run_chunk, tasks):
+                outcomes.extend(part)
+            results.append((scenario, outcomes))
+            print(
+                f"  {scenario.name}: {time.monotonic() - started:.0f} s elapsed",
+                file=sys.stderr,
+                flush=True,
+            )
+    print(table(results))
+    print(dispersion_table(results))
+    print(suite_table(args.suite_rollouts, args.seed, args.check))
+    print(f"\n{args.jobs} jobs, {time.monotonic() - started:.0f} s")
+    return 0
 
 
 if __name__ == "__main__":

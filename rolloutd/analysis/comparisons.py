@@ -4,11 +4,17 @@
 rate-ratio mixture over the events since the gate's first step was verified, each step with
 its own canary share: checking the cumulative data at every tick keeps the false-alarm rate
 at its alpha (an anytime-valid test), so there is no "peeking" penalty, and the evidence of
-the 5% step carries into the 25% one. A small regression (escalations 5% -> 6%) needs
-more events than an every-tick test can wait for, so by default the gate also makes one
-*final look* when the last step carrying it has baked: a one-sided two-proportion test over
-all of its steps. The every-tick test spends ``sequential_share`` of alpha and the final look
-the rest, so the whole rollout's false-alarm rate stays at alpha (a union bound).
+the 5% step carries into the 25% one. The turns of a session share a fate, so timeouts and
+schema violations come in clusters: each step is measured in blocks of at least the gate's
+``window``, and the evidence is divided by the dispersion the blocks show (an upper bound on
+it, every tick; see ``rolloutd.analysis.stratified``); escalations, once per session, are
+not. A small regression (escalations 5% -> 6%) needs more events than an every-tick test can
+wait for, so by default the gate also makes one *final look* when the last step carrying it
+has baked: a stratified (Cochran-Mantel-Haenszel) test over the blocks of all of its steps,
+so a busier second step on both pools is not read as a worse canary. The every-tick test
+spends ``sequential_share`` of alpha and the final look the rest, so the whole rollout's
+false-alarm rate stays at alpha (a union bound). :func:`compare_rates` is that arithmetic on
+counts; :func:`judge_compare` asks the metrics source for them.
 
 ``latency`` bounds the canary's quantile from Prometheus histogram buckets (time-uniform
 bounds at bucket boundaries, see ``rolloutd.analysis.quantiles``) and flags "slower than the
@@ -24,18 +30,24 @@ from __future__ import annotations
 
 import functools
 import math
-from dataclasses import replace
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import Any
 
 from rolloutd.actions import Verdict
 from rolloutd.analysis.base import Evaluation, Judging, Measurement, MeasurementError, finite
 from rolloutd.analysis.quantiles import compare_latency
-from rolloutd.analysis.sequential import (
-    Segment,
-    rate_ratio_test,
-    traffic_share,
-    two_proportion_test,
+from rolloutd.analysis.sequential import Segment, SequentialResult, rate_ratio_test
+from rolloutd.analysis.stratified import (
+    Dispersion,
+    StratifiedLook,
+    Tally,
+    block_count,
+    blocks_from_cuts,
+    estimate_dispersion,
+    stratified_test,
+    total,
 )
 from rolloutd.plan import CapacityGate, CompareGate, GateSpec, LatencyGate
 
@@ -45,41 +57,81 @@ CAPACITY_INVALID = "the capacity analysis is invalid: rerun it before scaling fu
 def judge_compare(spec: GateSpec, judging: Judging) -> Evaluation:
     """Canary events vs stable events, given each pool's exposure (``samples``).
 
-    Every tick: the anytime-valid test on the step's cumulative counts. At the last step
-    carrying the gate, with ``final_look``: no pass before the bake is over, then one
-    fixed-horizon test over all of the gate's steps; the two share ``alpha``.
+    Every tick: the anytime-valid test on the gate's steps so far, its evidence divided by
+    the dispersion the steps' blocks show. At the last step carrying the gate, with
+    ``final_look``: no pass before the bake is over, then one stratified test over every
+    block of the gate's steps; the two share ``alpha``. A step whose window holds no
+    exposure on a pool yet (a 30 s window at 5% holds a couple of sessions) is *pending*.
     """
     assert isinstance(spec, CompareGate)
     window = judging.since_step_start(spec.window)
-    canary = judging.source.measure(spec.signal, "canary", window, judging.now)
-    stable = judging.source.measure(spec.signal, "stable", window, judging.now)
-    k = finite(canary, spec.signal, "canary")
-    stable_events = finite(stable, spec.signal, "stable")
-    if canary.samples is None or stable.samples is None:
-        raise MeasurementError(
-            f"{spec.signal} has no exposure counts (sessions or requests) to compare rates",
-            query=canary.query,
+    start = judging.now - window
+    step = _blocks(spec, judging, start, judging.now)
+    current, query = step.blocks, step.query
+    whole = total(current)
+    empty = _empty_pool(whole)
+    if empty is not None:
+        return Evaluation(
+            judging.name,
+            judging.role,
+            Verdict.PENDING,
+            judging.now,
+            threshold="not above stable",
+            query=query,
+            samples=int(whole.canary_exposure + whole.stable_exposure),
+            reason=f"no {empty} exposure in the last {window.total_seconds():.0f}s of this "
+            "step yet: nothing to compare",
         )
     # Only a step gate makes a final look; a trigger's every-tick test keeps all of alpha.
     looks = spec.final_look and judging.role == "step"
-    alpha = spec.alpha * (spec.sequential_share if looks else 1.0)
-    earlier = _earlier_segments(spec, judging)
+    earlier = _earlier_steps(spec, judging)
+    final = judging.final if looks else None
+    final_steps = None
+    if final is not None and final.end is not None:
+        last = current
+        if final.end < judging.now:
+            step_start = judging.step_started_at or final.start
+            last = _blocks(spec, judging, step_start, final.end).blocks
+        final_steps = [*(e.blocks for e, _ in earlier), last]
+    # A source that answers every window alike cannot show how events cluster: the
+    # dispersion is then taken as 1, and the evidence says so.
+    resolved = step.resolved and all(e.resolved for e, _ in earlier)
     try:
-        rho = traffic_share(canary.samples, stable.samples)
-        current = Segment(k, stable_events, rho)
-        result = rate_ratio_test([*(s for s, _ in earlier), current], alpha=alpha)
+        comparison = compare_rates(
+            [*(e.blocks for e, _ in earlier), current],
+            alpha=spec.alpha,
+            sequential_share=spec.sequential_share if looks else 1.0,
+            final=final_steps,
+            min_events=spec.min_events,
+            clustered=clustered(spec) and resolved,
+        )
     except ValueError as exc:
-        raise MeasurementError(str(exc), query=canary.query) from None
-    canary_rate = k / canary.samples if canary.samples else None
-    stable_rate = stable_events / stable.samples if stable.samples else None
+        raise MeasurementError(str(exc), query=query) from None
+    result, alpha = comparison.sequential, comparison.sequential.alpha
+    canary_rate = whole.canary_events / whole.canary_exposure
+    stable_rate = whole.stable_events / whole.stable_exposure
     evidence: dict[str, Any] = {
         **result.as_evidence(),
-        "canary": {"events": k, "exposure": canary.samples, "rate": canary_rate},
-        "stable": {"events": stable_events, "exposure": stable.samples, "rate": stable_rate},
+        "canary": {
+            "events": whole.canary_events,
+            "exposure": whole.canary_exposure,
+            "rate": canary_rate,
+        },
+        "stable": {
+            "events": whole.stable_events,
+            "exposure": whole.stable_exposure,
+            "rate": stable_rate,
+        },
         "window_seconds": window.total_seconds(),
         "sequential_alpha": alpha,
+        "dispersion": comparison.dispersion.as_evidence(),
         "earlier_steps": [detail for _, detail in earlier],
     }
+    if clustered(spec) and not resolved:
+        evidence["dispersion"]["note"] = (
+            "the metrics source answers every window alike: how the events cluster cannot be "
+            "seen, so they are judged as independent"
+        )
     evaluation = Evaluation(
         judging.name,
         judging.role,
@@ -87,8 +139,8 @@ def judge_compare(spec: GateSpec, judging: Judging) -> Evaluation:
         judging.now,
         value=canary_rate,
         threshold=f"not above stable (BF < {1 / alpha:g})",
-        query=canary.query,
-        samples=int(canary.samples + stable.samples),
+        query=query,
+        samples=int(whole.canary_exposure + whole.stable_exposure),
         statistic=result.log_bf,
         evidence=evidence,
     )
@@ -97,29 +149,96 @@ def judge_compare(spec: GateSpec, judging: Judging) -> Evaluation:
             f"canary {spec.signal} rate {_pct(canary_rate)} vs stable {_pct(stable_rate)}: "
             f"Bayes factor {result.bf:.3g} >= {1 / alpha:g}"
         )
+        if result.dispersion > 1:
+            reason += f" (evidence divided by dispersion {result.dispersion:.2f})"
         return _with(evaluation, Verdict.FAIL, reason)
-    final = judging.final if looks else None
     if final is not None:
-        if final.end is None:
+        if final.end is None or comparison.final is None:
             return _with(evaluation, Verdict.PENDING, "the final look comes when the bake is over")
-        look = _final_look(spec, judging, final.start, final.end)
+        look = {
+            **comparison.final.as_evidence(),
+            "start": final.start.isoformat(),
+            "end": final.end.isoformat(),
+            "window_seconds": (final.end - final.start).total_seconds(),
+        }
         evaluation = _replace_evidence(evaluation, {"final_look": look})
         if look["reject"]:
             reason = (
                 f"final look over {look['window_seconds']:.0f}s: canary {spec.signal} rate "
                 f"{_pct(look['canary_rate'])} vs stable {_pct(look['stable_rate'])}, "
-                f"z {look['z']:.2f} > {look['critical_z']:.2f}"
+                f"stratified z {look['z']:.2f} > {look['critical_z']:.2f}"
             )
             return _with(evaluation, Verdict.FAIL, reason)
-    needed = spec.min_events
-    if needed is None:
-        needed = events_to_fail(min(rho, 0.99), alpha)
-    if result.total_events < needed:
-        reason = f"{result.total_events:g} events of the {needed} needed"
+    if math.isinf(comparison.dispersion.bound):
+        reason = (
+            f"{comparison.dispersion.blocks} blocks of events cannot yet show how much they "
+            "cluster (sessions share a fate): no evidence before they can"
+        )
+        return _with(evaluation, Verdict.PENDING, reason)
+    if result.total_events < comparison.needed:
+        reason = f"{result.total_events:g} events of the {comparison.needed} needed"
         if spec.min_events is None:
             reason += " (the fewest that could show the canary worse)"
         return _with(evaluation, Verdict.PENDING, reason)
     return evaluation
+
+
+@dataclass(frozen=True)
+class RateComparison:
+    """What :func:`compare_rates` found: the every-tick test, and the final look if made."""
+
+    sequential: SequentialResult
+    dispersion: Dispersion
+    final: StratifiedLook | None
+    needed: int
+    """Events (both pools, all steps) before a pass says anything."""
+
+
+def compare_rates(
+    steps: Sequence[Sequence[Tally]],
+    *,
+    alpha: float,
+    sequential_share: float = 1.0,
+    final: Sequence[Sequence[Tally]] | None = None,
+    min_events: int | None = None,
+    clustered: bool = True,
+) -> RateComparison:
+    """The compare gate's statistics on counts: each step a list of consecutive blocks.
+
+    Every tick: the one-sided rate-ratio mixture over the steps (each with its measured
+    canary share) at ``alpha * sequential_share``, its evidence divided by an upper bound on
+    the dispersion of the blocks (``clustered``; otherwise by 1). With ``final`` (the steps'
+    blocks up to the end of the last bake): the stratified test over those blocks at the
+    rest of alpha. Steps without exposure on a pool carry no evidence and are left out.
+
+    :raises ValueError: no step with exposure on both pools, or counts that are not counts.
+    """
+    judged = [blocks for blocks in steps if total(blocks).share is not None]
+    if not judged:
+        raise ValueError("no step with traffic on both pools: nothing to compare")
+    known = None if clustered else 1.0
+    dispersion = estimate_dispersion(judged, known=known)
+    segments = []
+    for blocks in judged:
+        whole = total(blocks)
+        segments.append(Segment(whole.canary_events, whole.stable_events, _share(whole)))
+    sequential = rate_ratio_test(
+        segments, alpha=alpha * sequential_share, dispersion=dispersion.bound
+    )
+    look = None
+    if final is not None:
+        look = stratified_test(
+            final,
+            alpha=alpha * (1.0 - sequential_share),
+            dispersion=estimate_dispersion(final, known=known),
+        )
+    needed = min_events
+    if needed is None:
+        rho = min(segments[-1].rho, 0.99)
+        needed = events_to_fail(rho, alpha * sequential_share)
+        if math.isfinite(dispersion.bound):
+            needed = math.ceil(dispersion.bound * needed)
+    return RateComparison(sequential, dispersion, look, needed)
 
 
 @functools.lru_cache(maxsize=256)
@@ -137,59 +256,102 @@ def events_to_fail(rho: float, alpha: float) -> int:
     return _events_to_fail(round(rho * 1000), alpha)
 
 
-def _earlier_segments(spec: CompareGate, judging: Judging) -> list[tuple[Segment, dict[str, Any]]]:
-    """Each earlier step's counts, asked at its end, with its own canary share: one
-    rate-ratio test across steps stays anytime-valid while the weight changes."""
-    found = []
-    for start, end in judging.earlier:
-        window = end - start
-        canary = judging.source.measure(spec.signal, "canary", window, end)
-        stable = judging.source.measure(spec.signal, "stable", window, end)
-        k_c, k_s = finite(canary, spec.signal, "canary"), finite(stable, spec.signal, "stable")
-        if not canary.samples or not stable.samples:
-            continue  # no exposure on a pool then: no evidence either way
-        rho = traffic_share(canary.samples, stable.samples)
-        detail = {
-            "start": start.isoformat(),
-            "end": end.isoformat(),
-            "canary_events": k_c,
-            "stable_events": k_s,
-            "canary_share": rho,
-        }
-        found.append((Segment(k_c, k_s, rho), detail))
-    return found
+@dataclass(frozen=True)
+class _Step:
+    """A step's window as measured: its blocks, the query of the whole, and whether the
+    source told its cuts apart (the in-memory and file twins answer every window alike)."""
+
+    blocks: list[Tally]
+    query: str | None
+    resolved: bool
 
 
-def _final_look(
+def _blocks(spec: CompareGate, judging: Judging, start: datetime, end: datetime) -> _Step:
+    """The counts of ``[start, end]`` in consecutive blocks, from cumulative counts at each
+    cut, and the query of the whole window.
+
+    The whole window is asked first, and its failure is the gate's; a cut that cannot be
+    asked (a scrape gap then) or that reads less than an earlier one is dropped, merging
+    its two blocks.
+    """
+    whole, query = _cumulative(spec, judging, start, end)
+    count = 1
+    if clustered(spec):
+        count = block_count((end - start).total_seconds(), spec.window.total_seconds())
+    cuts: list[Tally | None] = []
+    for i in range(1, count):
+        at = start + (end - start) * i / count
+        try:
+            cuts.append(_cumulative(spec, judging, start, at)[0])
+        except MeasurementError:
+            cuts.append(None)  # no usable answer for this cut: its two blocks become one
+    measured = [cut for cut in cuts if cut is not None]
+    resolved = not measured or any(cut != whole for cut in measured)
+    return _Step(blocks_from_cuts(cuts, whole), query, resolved)
+
+
+#: Signals the agent gateway counts at most once per session, whose exposure is sessions:
+#: sessions go to a pool independently, so their events cannot cluster.
+ONCE_PER_SESSION = frozenset({"escalations", "escalation_rate"})
+
+
+def clustered(spec: CompareGate) -> bool:
+    """Whether the gate's events may come several to a session (see ``CompareGate.clustered``)."""
+    if spec.clustered is not None:
+        return spec.clustered
+    return spec.signal not in ONCE_PER_SESSION
+
+
+def _cumulative(
     spec: CompareGate, judging: Judging, start: datetime, end: datetime
-) -> dict[str, Any]:
-    """The fixed-horizon test over ``[start, end]``, asked at ``end`` so every look sees the
-    same data; it gets the share of alpha the sequential test leaves."""
+) -> tuple[Tally, str | None]:
+    """Events and exposure on both pools from ``start`` to ``end``, asked at ``end``."""
     window = end - start
     canary = judging.source.measure(spec.signal, "canary", window, end)
     stable = judging.source.measure(spec.signal, "stable", window, end)
-    k_c = finite(canary, spec.signal, "canary")
-    k_s = finite(stable, spec.signal, "stable")
+    k_c, k_s = finite(canary, spec.signal, "canary"), finite(stable, spec.signal, "stable")
     if canary.samples is None or stable.samples is None:
-        raise MeasurementError(f"{spec.signal} has no exposure counts", query=canary.query)
-    try:
-        look = two_proportion_test(
-            k_c,
-            canary.samples,
-            k_s,
-            stable.samples,
-            alpha=spec.alpha * (1.0 - spec.sequential_share),
+        raise MeasurementError(
+            f"{spec.signal} has no exposure counts (sessions or requests) to compare rates",
+            query=canary.query,
         )
-    except ValueError as exc:
-        raise MeasurementError(f"final look: {exc}", query=canary.query) from None
-    return {
-        **look.as_evidence(),
-        "start": start.isoformat(),
-        "end": end.isoformat(),
-        "window_seconds": window.total_seconds(),
-        "canary": {"events": k_c, "exposure": canary.samples},
-        "stable": {"events": k_s, "exposure": stable.samples},
-    }
+    return Tally(k_c, float(canary.samples), k_s, float(stable.samples)), canary.query
+
+
+def _earlier_steps(spec: CompareGate, judging: Judging) -> list[tuple[_Step, dict[str, Any]]]:
+    """Each earlier step's blocks, asked at its end, with its own canary share: one
+    rate-ratio test across steps stays anytime-valid while the weight changes."""
+    found = []
+    for start, end in judging.earlier:
+        step = _blocks(spec, judging, start, end)
+        blocks = step.blocks
+        whole = total(blocks)
+        if whole.share is None:
+            continue  # no exposure on a pool then: no evidence either way
+        detail = {
+            "start": start.isoformat(),
+            "end": end.isoformat(),
+            "canary_events": whole.canary_events,
+            "stable_events": whole.stable_events,
+            "canary_share": whole.share,
+            "blocks": len(blocks),
+        }
+        found.append((step, detail))
+    return found
+
+
+def _empty_pool(whole: Tally) -> str | None:
+    if whole.canary_exposure <= 0:
+        return "canary"
+    if whole.stable_exposure <= 0:
+        return "stable"
+    return None
+
+
+def _share(tally: Tally) -> float:
+    share = tally.share
+    assert share is not None
+    return share
 
 
 def judge_latency(spec: GateSpec, judging: Judging) -> Evaluation:

@@ -30,6 +30,12 @@ sessions at weight 5 put 19 on the canary). Exactness assumes rho constant withi
 a measured rho is an estimate, whose error shrinks like ``1/sqrt(exposure)``, far faster
 than the test's own resolution, since exposure counts are much larger than event counts.
 
+**Clusters.** The model takes events as independent. The turns of an agent session share
+a pool and a fate, so a session that times out tends to time out again: the canary's count
+then varies ``phi`` times as much as a binomial count. ``rate_ratio_test(dispersion=phi)``
+divides the log-likelihood ratios by ``phi`` (quasi-likelihood), which keeps the mixture's
+mean at one to second order; ``rolloutd.analysis.stratified`` estimates ``phi``.
+
 **Across steps** (rho changes): :func:`rate_ratio_test` keeps one supermartingale across
 steps by mixing over the rate ratio ``r``, which does not change with the weight, with each
 step's events judged under that step's rho. Alternatively restart :func:`beta_binomial_test`
@@ -38,6 +44,7 @@ at each step with ``alpha / number_of_steps`` (a union bound; valid, less powerf
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -72,11 +79,13 @@ class SequentialResult:
     expected_share: float
     observed_share: float | None
     method: str
+    dispersion: float = 1.0
 
     def as_evidence(self) -> dict[str, Any]:
         """JSON-safe fields for the gate's evidence (no infinities, no NaN)."""
         return {
             "method": self.method,
+            "dispersion": self.dispersion if math.isfinite(self.dispersion) else None,
             "log_bf": round(self.log_bf, 6),
             "bf": self.bf if math.isfinite(self.bf) else None,
             "threshold": 1.0 / self.alpha,
@@ -234,6 +243,7 @@ def rate_ratio_test(
     *,
     alpha: float = 0.05,
     prior_scale: float = DEFAULT_PRIOR_SCALE,
+    dispersion: float = 1.0,
 ) -> SequentialResult:
     """Test "canary rate <= stable rate" across steps whose canary share ``rho`` differs.
 
@@ -243,13 +253,22 @@ def rate_ratio_test(
     ``prior_scale``) on a grid. Valid while each step's rho is the share in force when its
     events happened: every term is a supermartingale under ``r <= 1``, and so is the mixture.
 
-    :raises ValueError: no segment, a ``rho`` outside (0, 1), or negative counts.
+    ``dispersion`` (``phi >= 1``) raises each likelihood ratio to the power ``1/phi``, as if
+    ``k/phi`` of ``n/phi`` events had been seen: the quasi-likelihood for events that come in
+    clusters (the turns of one session), whose count varies ``phi`` times as much as
+    independent events do. The product of the tempered ratios keeps mean one to second order
+    when ``phi`` is the clusters' ``E[size^2] / E[size]`` (see ``rolloutd.analysis.stratified``).
+
+    :raises ValueError: no segment, a ``rho`` outside (0, 1), negative counts, or
+        ``dispersion < 1``.
     """
     _check_alpha(alpha)
     if not segments:
         raise ValueError("rate_ratio_test needs at least one segment")
     if not prior_scale > 0:
         raise ValueError(f"prior_scale must be positive, not {prior_scale}")
+    if not dispersion >= 1:
+        raise ValueError(f"dispersion must be a number >= 1 (inf: no evidence), not {dispersion!r}")
     checked = []
     for segment in segments:
         _check_rho(segment.rho)
@@ -259,17 +278,58 @@ def rate_ratio_test(
     n_total = sum(n for _, n, _ in checked)
     expected = sum(n * rho for _, n, rho in checked) / n_total if n_total else checked[-1][2]
     log_ratios, ratios_minus_1, log_weights = _ratio_grid(prior_scale)
-    terms = [w + k_total * x for x, w in zip(log_ratios, log_weights, strict=True)]
+    scale = 1.0 / dispersion
+    terms = [w + scale * k_total * x for x, w in zip(log_ratios, log_weights, strict=True)]
     log1p = math.log1p
     for _, n, rho in checked:
         if n > 0:
-            terms = [t - n * log1p(rho * y) for t, y in zip(terms, ratios_minus_1, strict=True)]
+            m = scale * n
+            terms = [t - m * log1p(rho * y) for t, y in zip(terms, ratios_minus_1, strict=True)]
     log_bf = _log_sum_exp(terms)
-    return _result(log_bf, alpha, k_total, n_total, expected, "rate-ratio mixture, one-sided")
+    method = "rate-ratio mixture, one-sided"
+    if math.isinf(dispersion):
+        method += ", no evidence yet (dispersion unknown)"
+    elif dispersion > 1:
+        method += f", evidence / dispersion {dispersion:.3g}"
+    return _result(log_bf, alpha, k_total, n_total, expected, method, dispersion)
+
+
+@functools.lru_cache(maxsize=1024)
+def student_t_quantile(p: float, df: float) -> float:
+    """The ``p`` quantile (``1/2 < p < 1``) of Student's t with ``df`` degrees of freedom.
+
+    :raises ValueError: ``p`` outside (1/2, 1) or ``df`` not positive.
+    """
+    if not 0.5 < p < 1:
+        raise ValueError(f"p must lie strictly between 1/2 and 1, not {p!r}")
+    if not df > 0:
+        raise ValueError(f"degrees of freedom must be positive, not {df!r}")
+    tail = 1.0 - p
+    low, high = 0.0, NormalDist().inv_cdf(p)
+    while student_t_upper_tail(high, df) > tail:
+        low, high = high, 2 * high
+    for _ in range(100):
+        middle = (low + high) / 2
+        low, high = (middle, high) if student_t_upper_tail(middle, df) > tail else (low, middle)
+    return (low + high) / 2
+
+
+def student_t_upper_tail(t: float, df: float) -> float:
+    """``P(T > t)`` for ``t >= 0``: ``I_{t^2/(df+t^2)}`` of Beta(1/2, df/2), halved."""
+    if t <= 0:
+        return 0.5
+    x = t * t / (df + t * t)
+    return 0.5 * math.exp(_log_upper_tail(0.5, df / 2, x))
 
 
 def _result(
-    log_bf: float, alpha: float, k: float, n: float, expected: float, method: str
+    log_bf: float,
+    alpha: float,
+    k: float,
+    n: float,
+    expected: float,
+    method: str,
+    dispersion: float = 1.0,
 ) -> SequentialResult:
     bf = math.exp(log_bf) if log_bf < 700 else math.inf
     return SequentialResult(
@@ -283,6 +343,7 @@ def _result(
         expected_share=expected,
         observed_share=k / n if n > 0 else None,
         method=method,
+        dispersion=dispersion,
     )
 
 
@@ -311,6 +372,15 @@ def _log_sum_exp(values: Sequence[float]) -> float:
 
 def _log_beta(a: float, b: float) -> float:
     return math.lgamma(a) + math.lgamma(b) - math.lgamma(a + b)
+
+
+def beta_upper_tail(a: float, b: float, x: float) -> float:
+    """``P(theta > x)`` for ``theta ~ Beta(a, b)`` (``a, b > 0``, ``0 < x < 1``).
+
+    Also the binomial distribution function: ``P(Bin(n, p) <= k) = beta_upper_tail(k + 1,
+    n - k, p)`` for ``k < n``.
+    """
+    return math.exp(_log_upper_tail(a, b, x))
 
 
 def _log_upper_tail(a: float, b: float, x: float) -> float:

@@ -8,9 +8,15 @@ Three rules, one per place in a rollout:
 * ``at_least_baseline`` (canary steps): the same test on whole calls (schema-aware
   exactness) against the baseline measured in shadow.
 * ``max_drop`` (rollback trigger): the canary's exactness is more than
-  ``max_drop_points`` below the baseline's, by Tango's score test at ``alpha``; the
-  evidence carries the rule's false-alarm rate and power on this many cases, measured by
-  simulation at the discordance seen in these runs.
+  ``max_drop_points`` below the baseline's, by Tango's score statistic with its exact
+  p-value; the evidence carries the rule's false-alarm rate and power on this many cases,
+  measured by simulation at the discordance seen in these runs.
+
+A rollout judges a gate's suites many times (at each step's entry, then every ``every``, and
+a ``sampled_suite`` beside each run), so each judgement spends only its share of ``alpha``
+(:func:`~rolloutd.evaluation.statistics.spent_alpha`: the ``t``-th run gets
+``alpha * 6 / (pi^2 t^2)``, split over the run's suites), and the chance of a false alarm over
+the whole rollout stays at ``alpha``.
 
 Every verdict keeps the per-field table (both runs' tallies, the paired counts, the p-values
 and the interval of the difference) as evidence. Runs of different suites cannot be paired,
@@ -36,6 +42,7 @@ from rolloutd.evaluation.statistics import (
     max_drop_test,
     operating_characteristics,
     pair,
+    spent_alpha,
     worse_p_value,
 )
 from rolloutd.plan import SuiteGate
@@ -60,13 +67,30 @@ def judge_suite(
     name: str,
     role: Role,
     now: datetime,
+    run: int = 1,
+    looks: int = 1,
 ) -> Evaluation:
-    """Judge one pair of runs of the same suite under the gate's rule."""
+    """Judge one pair of runs of the same suite under the gate's rule.
+
+    ``run`` is which run of this suite the canary run is in the rollout (1 for the first)
+    and ``looks`` how many suites the gate judges at each run: the judgement spends
+    ``spent_alpha(spec.alpha, run, looks)`` of the gate's alpha.
+    """
+    gate_alpha = spec.alpha
+    alpha = spent_alpha(gate_alpha, run, looks)
+    # Every rule below judges this run at its share of the gate's alpha.
+    spec = spec.model_copy(update={"alpha": alpha})
     evidence: dict[str, Any] = {
         "rule": spec.rule,
         "suite": canary.suite_path,
         "suite_sha256": canary.suite_sha256,
-        "alpha": spec.alpha,
+        "alpha": alpha,
+        "alpha_spending": {
+            "gate_alpha": gate_alpha,
+            "run": run,
+            "looks": looks,
+            "schedule": "gate alpha x 6 / (pi^2 run^2) / looks",
+        },
         "baseline": baseline.headline(),
         "canary": canary.headline(),
     }
@@ -83,12 +107,13 @@ def judge_suite(
     if baseline.suite_sha256 != canary.suite_sha256:
         reason = "the baseline and canary runs are of different suites (digests differ)"
         return replace(base, verdict=Verdict.INCONCLUSIVE, reason=reason)
-    for run in (baseline, canary):
-        share = run.request_errors / len(run.cases) if run.cases else 1.0
+    for summary in (baseline, canary):
+        share = summary.request_errors / len(summary.cases) if summary.cases else 1.0
         if share > spec.max_request_errors:
             reason = (
-                f"{run.request_errors} of {len(run.cases)} cases on the {run.role} were "
-                f"request errors (more than {spec.max_request_errors:.0%}): too little measured"
+                f"{summary.request_errors} of {len(summary.cases)} cases on the "
+                f"{summary.role} were request errors (more than "
+                f"{spec.max_request_errors:.0%}): too little measured"
             )
             return replace(base, verdict=Verdict.INCONCLUSIVE, reason=reason)
     table = field_table(baseline, canary, spec.alpha)

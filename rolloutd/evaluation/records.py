@@ -11,7 +11,7 @@ import json
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import select
+from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
 from rolloutd.evaluation.compare import CaseResult, FieldResult
@@ -118,6 +118,21 @@ def last_run_at(
     if step_index is not None:
         query = query.where(SuiteRun.step_index == step_index)
     return session.scalars(query.order_by(SuiteRun.finished_at.desc()).limit(1)).first()
+
+
+def run_number(
+    session: Session, *, rollout_id: int, gate: str, suite_path: str, run_id: int
+) -> int:
+    """Which of the gate's canary runs of ``suite_path`` in the rollout ``run_id`` is (1 for
+    the first): how many were stored up to and including it."""
+    query = select(func.count()).where(
+        SuiteRun.rollout_id == rollout_id,
+        SuiteRun.gate == gate,
+        SuiteRun.role == "canary",
+        SuiteRun.suite_path == suite_path,
+        SuiteRun.id <= run_id,
+    )
+    return max(1, int(session.scalar(query) or 0))
 
 
 def schema_counts(

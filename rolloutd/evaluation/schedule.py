@@ -84,6 +84,7 @@ def run_suite_for_gate(
     options = options or RunnerOptions(concurrency=spec.concurrency)
     labels: list[str] = []
     evaluations: list[Evaluation] = []
+    looks = len(suite_paths(spec, base_dir))
     for label, path in suite_paths(spec, base_dir):
         labels.append(label)
         try:
@@ -101,9 +102,14 @@ def run_suite_for_gate(
                     ids[run.role] = records.store_run(
                         session, run, rollout_id=rollout_id, step_index=step_index, gate=name
                     )
-        baseline = _with_id(baseline, ids.get("baseline"))
-        canary = _with_id(canary, ids.get("canary"))
-        evaluations.append(judge_suite(spec, baseline, canary, name=name, role=role, now=now))
+            baseline = _with_id(baseline, ids.get("baseline"))
+            canary = _with_id(canary, ids.get("canary"))
+            number = _run_number(session, canary, rollout_id=rollout_id, gate=name)
+        evaluations.append(
+            judge_suite(
+                spec, baseline, canary, name=name, role=role, now=now, run=number, looks=looks
+            )
+        )
     return combine(evaluations, labels)
 
 
@@ -123,6 +129,7 @@ def judge_stored(
     """
     labels: list[str] = []
     evaluations: list[Evaluation] = []
+    looks = len(suite_paths(spec, base_dir))
     for label, path in suite_paths(spec, base_dir):
         labels.append(label)
         canary = records.latest_run(
@@ -141,7 +148,12 @@ def judge_stored(
             reason = f"the {label} has not been run for this gate yet"
             evaluations.append(Evaluation(name, role, Verdict.PENDING, now, reason=reason))
             continue
-        evaluations.append(judge_suite(spec, baseline, canary, name=name, role=role, now=now))
+        number = _run_number(session, canary, rollout_id=rollout_id, gate=name)
+        evaluations.append(
+            judge_suite(
+                spec, baseline, canary, name=name, role=role, now=now, run=number, looks=looks
+            )
+        )
     return combine(evaluations, labels)
 
 
@@ -172,6 +184,19 @@ def _run_pair(
 
     runs = asyncio.run(both())
     return (stored if stored is not None else runs[1]), runs[0]
+
+
+def _run_number(session: Session, canary: RunSummary, *, rollout_id: int, gate: str) -> int:
+    """Which run of its suite the canary run is in the rollout: its share of alpha hangs on it."""
+    if canary.run_id is None:
+        return 1
+    return records.run_number(
+        session,
+        rollout_id=rollout_id,
+        gate=gate,
+        suite_path=canary.suite_path,
+        run_id=canary.run_id,
+    )
 
 
 def _with_id(run: RunSummary, run_id: int | None) -> RunSummary:

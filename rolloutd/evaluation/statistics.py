@@ -13,12 +13,22 @@ one build and wrong on the other, carry information about the difference.
   method: the chance that *any* field fails on noise stays at alpha.
 * **Maximum drop** (a rollback trigger): H0 "the canary's exactness is at most ``margin``
   below the baseline's" against "more than ``margin`` below". With a margin the conditional
-  binomial no longer applies; Tango's score test for paired proportions (Tango 1998) does:
-  ``Z = (b - c - n*margin) / sqrt(n * (2*q + margin*(1 - margin)))`` with ``q`` the
-  maximum-likelihood share of canary-better pairs under H0. It fires when ``Z`` exceeds the
-  normal ``1 - alpha`` quantile. Its false-alarm rate and power on a given number of cases
-  are measured by simulation (:func:`simulate_max_drop`) and can be checked against the
-  exact sum over every outcome (:func:`max_drop_fire_probability`).
+  binomial no longer applies; Tango's score statistic for paired proportions (Tango 1998)
+  ``Z = (b - c - n*margin) / sqrt(n * (2*q + margin*(1 - margin)))``, with ``q`` the
+  maximum-likelihood share of canary-better pairs under H0, orders the outcomes. Its normal
+  approximation fires up to 1.8 times alpha at the margin on 300 cases (the counts are small
+  and skewed), so the p-value is the exact one: the largest ``P(Z >= z observed)`` over the
+  nuisance (the share of canary-better pairs) on the boundary of H0, each summed over every
+  outcome (an exact unconditional test, Suissa & Shuster 1985). Its false-alarm rate and
+  power on a given number of cases are measured by simulation (:func:`simulate_max_drop`)
+  and can be checked against the exact sum over every outcome
+  (:func:`max_drop_fire_probability`).
+
+**Across runs.** A rollout judges its suites again and again (daily, and a ``sampled_suite``
+beside each run), and each judgement at alpha would add its own chance of a false alarm.
+:func:`spent_alpha` gives the ``t``-th run of a rollout ``alpha * 6 / (pi^2 t^2)``, split over
+the run's suites: summed over any number of runs it is at most alpha, whatever the runs share
+(the same cases rerun are far from independent, which rules out multiplying their evidence).
 
 Intervals for a paired difference invert the same score statistic.
 """
@@ -34,7 +44,13 @@ from dataclasses import dataclass
 from statistics import NormalDist
 from typing import Any
 
+from rolloutd.analysis.sequential import beta_upper_tail
+
 _NORMAL = NormalDist()
+# The nuisance grid of the exact max-drop test, denser where few pairs flip, then a golden
+# section search around its best point: the largest tail to about 0.1%.
+_NUISANCE_POINTS = 100
+_REFINE_STEPS = 16
 
 
 @dataclass(frozen=True)
@@ -166,12 +182,13 @@ class DropTest:
     @property
     def fires(self) -> bool:
         """Whether the drop is more than ``margin`` at level ``alpha``."""
-        return self.p_value < self.alpha
+        return self.p_value <= self.alpha
 
     def as_evidence(self) -> dict[str, Any]:
         """JSON-ready figures, in points (hundredths) where they are shares."""
         return {
-            "method": "Tango score test for paired proportions, one-sided",
+            "method": "Tango score statistic for paired proportions, one-sided, exact "
+            "unconditional p-value (largest over the nuisance on the null's boundary)",
             **self.counts.as_evidence(),
             "drop_points": round(100 * self.counts.drop, 3),
             "margin_points": round(100 * self.margin, 3),
@@ -187,13 +204,137 @@ class DropTest:
 def max_drop_test(counts: PairedCounts, margin: float, alpha: float) -> DropTest:
     """Does the canary lose more than ``margin`` (a share: 0.01 is one point) of exactness?"""
     z = score_statistic(counts, margin)
-    p_value = 1.0 - _NORMAL.cdf(z) if counts.pairs else 1.0
+    p_value = exact_drop_p_value(counts, margin)
     return DropTest(counts, margin, alpha, z, p_value, drop_interval(counts, 1 - 2 * alpha))
 
 
+def exact_drop_p_value(counts: PairedCounts, margin: float) -> float:
+    """The exact p-value of Tango's statistic for "the drop is more than ``margin``".
+
+    ``max over q of P_q(Z >= z observed)``, where under ``q`` a pair is canary-better with
+    probability ``q`` and canary-worse with ``q + margin`` (the boundary of H0, where the
+    chance of a large ``Z`` is largest), over a grid of ``q`` from 0 to ``(1 - margin)/2``.
+    """
+    if counts.pairs == 0:
+        return 1.0
+    statistic = _statistic(counts.canary_worse, counts.canary_better, counts.pairs, margin)
+    return _largest_tail(counts.pairs, round(margin, 12), round(statistic, 12))
+
+
+@functools.lru_cache(maxsize=256)
+def exact_critical_z(cases: int, margin: float, alpha: float) -> float:
+    """The smallest value of Tango's statistic on ``cases`` pairs whose exact p-value is at
+    most ``alpha``: the rule fires exactly when ``Z`` reaches it (inf: it never can)."""
+    attained = sorted(
+        {
+            round(_statistic(b, c, cases, margin), 12)
+            for b in range(cases + 1)
+            for c in range(cases - b + 1)
+            if b - c > cases * margin
+        }
+    )
+    low, high = 0, len(attained)
+    while low < high:
+        middle = (low + high) // 2
+        if _largest_tail(cases, round(margin, 12), attained[middle]) <= alpha:
+            high = middle
+        else:
+            low = middle + 1
+    return attained[low] if low < len(attained) else math.inf
+
+
+def spent_alpha(alpha: float, run: int, looks: int = 1) -> float:
+    """The level the ``run``-th judged run of a rollout (1 for the first) may spend on each
+    of its ``looks`` (suites): ``alpha * 6 / (pi^2 run^2) / looks``.
+
+    Summed over every run, however many, it is at most ``alpha``: a union bound, valid
+    however much the runs share (the same cases, the same shadow baseline).
+
+    :raises ValueError: ``run`` or ``looks`` below 1.
+    """
+    if run < 1 or looks < 1:
+        raise ValueError(f"run ({run}) and looks ({looks}) count from 1")
+    return alpha * 6.0 / (math.pi**2 * run * run) / looks
+
+
 def _fires(b: int, c: int, n: int, margin: float, z_crit: float) -> bool:
+    return b - c > n * margin and _statistic(b, c, n, margin) >= z_crit
+
+
+def _statistic(b: int, c: int, n: int, margin: float) -> float:
     variance = _score_variance(b, c, n, margin)
-    return variance > 0.0 and (b - c - n * margin) > z_crit * math.sqrt(variance)
+    if variance <= 0.0:
+        return 0.0
+    return (b - c - n * margin) / math.sqrt(variance)
+
+
+@functools.lru_cache(maxsize=4096)
+def _largest_tail(n: int, margin: float, z: float) -> float:
+    """``max over q of P_q(Z >= z)`` on the boundary of H0 (see :func:`exact_drop_p_value`)."""
+    region = _region(n, margin, z)
+    if all(c < 0 for c in region):
+        return 0.0
+    top = (1.0 - margin) / 2.0
+    last = _NUISANCE_POINTS - 1
+    grid = [top * (i / last) ** 2 for i in range(_NUISANCE_POINTS)]
+    tails = [_tail(n, margin, q, region) for q in grid]
+    best = max(range(len(grid)), key=tails.__getitem__)
+    low, high = grid[max(best - 1, 0)], grid[min(best + 1, last)]
+    largest = tails[best]
+    ratio = (math.sqrt(5.0) - 1.0) / 2.0
+    for _ in range(_REFINE_STEPS):
+        left, right = high - ratio * (high - low), low + ratio * (high - low)
+        at_left, at_right = _tail(n, margin, left, region), _tail(n, margin, right, region)
+        largest = max(largest, at_left, at_right)
+        low, high = (low, right) if at_left >= at_right else (left, high)
+    return min(1.0, largest)
+
+
+def _region(n: int, margin: float, z: float) -> list[int]:
+    """For each count ``b`` of canary-worse pairs, the most canary-better pairs ``c`` with
+    ``Z(b, c) >= z`` (-1: none). ``Z`` falls as ``c`` grows and rises with ``b``, so each is
+    a prefix and the prefixes grow with ``b``."""
+    region = []
+    c = -1
+    for b in range(n + 1):
+        c = min(c, n - b)
+        while c + 1 <= n - b and _statistic(b, c + 1, n, margin) >= z - 1e-9:
+            c += 1
+        region.append(c)
+    return region
+
+
+def _tail(n: int, margin: float, q: float, region: Sequence[int]) -> float:
+    """``P(Z >= z)`` when pairs are canary-worse w.p. ``q + margin``, canary-better w.p. ``q``."""
+    worse = min(1.0, q + margin)
+    spread = 9.0 * math.sqrt(n * worse * (1.0 - worse)) + 9.0
+    low = max(0, math.floor(n * worse - spread))
+    high = min(n, math.ceil(n * worse + spread))
+    better = q / (1.0 - worse) if worse < 1.0 else 0.0
+    total = 0.0
+    for b in range(low, high + 1):
+        c = region[b]
+        if c < 0:
+            continue
+        total += _pmf(n, worse, b) * _binomial_cdf(c, n - b, better)
+    return total
+
+
+def _binomial_cdf(k: int, n: int, p: float) -> float:
+    if k >= n or p <= 0.0:
+        return 1.0
+    if p >= 1.0:
+        return 0.0
+    if k < 40 and n * p < 40:
+        # A short sum by the pmf's recurrence is cheaper than the continued fraction.
+        term = math.exp(n * math.log1p(-p))
+        if term > 0.0:
+            total, ratio = term, p / (1.0 - p)
+            for j in range(k):
+                term *= (n - j) / (j + 1) * ratio
+                total += term
+            return min(1.0, total)
+    return beta_upper_tail(k + 1, n - k, p)
 
 
 def simulate_max_drop(
@@ -217,7 +358,7 @@ def simulate_max_drop(
     if not 0.0 <= better <= 1.0 or not 0.0 <= worse + better <= 1.0:
         raise ValueError(f"churn {churn:g} and drop {drop:g} are not probabilities")
     rng = random.Random(seed)
-    z_crit = _NORMAL.inv_cdf(1.0 - alpha)
+    z_crit = exact_critical_z(cases, margin, alpha)
     fired = naive = 0
     for _ in range(runs):
         b = _draw(rng, cases, worse)
@@ -232,7 +373,7 @@ def max_drop_fire_probability(
 ) -> float:
     """The exact probability that the max-drop rule fires, summed over every (b, c)."""
     worse, better = churn / 2.0 + drop, churn / 2.0
-    z_crit = _NORMAL.inv_cdf(1.0 - alpha)
+    z_crit = exact_critical_z(cases, margin, alpha)
     total = 0.0
     for b in range(cases + 1):
         p_b = _pmf(cases, worse, b)

@@ -125,7 +125,14 @@ def test_latency_passes_an_identical_canary() -> None:
     metrics = MemoryMetrics()
     metrics.set("e2e_latency", "canary", 4.0, 3000, {"buckets": _buckets(2.0, 3000)})
     metrics.set("e2e_latency", "stable", 4.0, 30000, {"buckets": _buckets(2.0, 30000)})
+    _matched_load(metrics)
     assert _judge(_plan(LATENCY), "lat", metrics).verdict is Verdict.PASS
+
+
+def _matched_load(metrics: MemoryMetrics) -> None:
+    """Both pools carry the same load per replica: a latency pass may count."""
+    metrics.set_load("canary", 2.0)
+    metrics.set_load("stable", 2.0)
 
 
 def test_latency_without_buckets_uses_the_point_estimate_and_says_so() -> None:
@@ -347,6 +354,7 @@ def test_the_same_tail_on_both_pools_passes_the_slow_request_test() -> None:
     metrics = MemoryMetrics()
     metrics.set("e2e_latency", "canary", 4.6, 3000, {"buckets": _lognormal_buckets(1.0, 3000)})
     metrics.set("e2e_latency", "stable", 4.6, 57000, {"buckets": _lognormal_buckets(1.0, 57000)})
+    _matched_load(metrics)
     result = _judge_at(_plan(SLOW), "lat", metrics, 5)
     assert result.verdict is Verdict.PASS
     assert result.evidence["slow_requests"]["reject"] is False
