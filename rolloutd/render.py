@@ -10,6 +10,7 @@ from collections.abc import Callable
 from typing import Any
 
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 VERDICT_STYLE = {
@@ -65,6 +66,8 @@ def status(view: dict[str, Any]) -> None:
         f"step {view['step'] + 1}/{view['steps']}: {view['step_name']}  "
         f"canary weight {view['weight']}%{baked}"
     )
+    if view.get("load"):
+        console.print(load_line(view["load"]))
     if view.get("rollback_cause"):
         console.print(f"[red]rollback: {view['rollback_cause']}[/]")
     if view.get("paused"):
@@ -84,6 +87,25 @@ def status(view: dict[str, Any]) -> None:
             )
         console.print(table)
     console.print(f"updated {_short_time(view['updated_at'])}")
+
+
+def load_line(load: dict[str, Any]) -> str:
+    """The pools' load per replica and the canary's share of stable's, in one line."""
+    unit = "req/s" if load.get("basis") != "inflight" else "in flight"
+    key = "inflight" if load.get("basis") == "inflight" else "requests_per_s"
+    canary, stable = (number((load.get(p) or {}).get(key)) for p in ("canary", "stable"))
+    planned = load.get("planned_ratio")
+    plan = f" (planned {planned:.2f})" if isinstance(planned, float) else ""
+    ratio = load.get("ratio")
+    judged = (
+        f"ratio {ratio:.2f}{plan}"
+        if isinstance(ratio, float)
+        else f"unknown: {escape(str(load.get('unknown')))}"
+    )
+    return (
+        f"load per replica: canary {canary}, stable {stable} {unit}; {judged}  "
+        f"[dim]({load.get('gate')}, {_short_time(load.get('evaluated_at'))})[/]"
+    )
 
 
 def statuses(views: list[dict[str, Any]]) -> None:

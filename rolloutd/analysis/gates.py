@@ -4,18 +4,34 @@ Rules shared by every kind: a measurement error is *inconclusive* with its reaso
 value resting on fewer samples than the gate's minimum is *pending* (it may neither
 pass nor fail on so little); only a measured, sufficient, in-bounds value passes.
 Canary-vs-stable kinds and the capacity watch live in ``rolloutd.analysis.comparisons``.
+
+Load-matched judgement wraps them all: a gate on latency or queue timeouts stores both
+pools' load per replica with its evaluation, and below its ``min_load_ratio`` (or with
+the load unknown) its pass becomes *pending*; a failure stands, since a canary worse at
+low load will not be better at high load.
 """
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 from dataclasses import replace
+from datetime import timedelta
 
 from rolloutd.actions import Verdict
 from rolloutd.analysis.base import Evaluation, Judging, MeasurementError, finite
 from rolloutd.analysis.comparisons import judge_capacity, judge_compare, judge_latency
+from rolloutd.analysis.load import measure_load
 from rolloutd.durations import format_duration
-from rolloutd.plan import EventsGate, GateSpec, ThresholdGate
+from rolloutd.plan import (
+    QUEUE_TIMEOUT_SIGNALS,
+    CompareGate,
+    EventsGate,
+    GateSpec,
+    LatencyGate,
+    ThresholdGate,
+    planned_load_ratio,
+)
 
 Judge = Callable[[GateSpec, Judging], Evaluation]
 
@@ -42,9 +58,71 @@ def evaluate_gate(spec: GateSpec, judging: Judging) -> Evaluation:
             reason=f"not applicable at {judging.weight}%: {IDLE_REASON[idle]}",
         )
     try:
-        return judge(spec, judging)
+        evaluation = judge(spec, judging)
     except MeasurementError as exc:
         return Evaluation(name, role, Verdict.INCONCLUSIVE, now, query=exc.query, reason=exc.reason)
+    return load_matched(spec, judging, evaluation)
+
+
+def load_matched(spec: GateSpec, judging: Judging, evaluation: Evaluation) -> Evaluation:
+    """``evaluation`` with both pools' load in its evidence, for the gates whose verdict load
+    changes; a pass below the gate's ``min_load_ratio``, or at an unknown load, is pending."""
+    floor = load_floor(spec)
+    if floor is None or evaluation.verdict is Verdict.INCONCLUSIVE:
+        return evaluation
+    load = measure_load(
+        judging.source,
+        _judged_window(spec, judging),
+        judging.now,
+        planned_ratio=_planned_ratio(judging),
+    )
+    evaluation = replace(evaluation, evidence={**evaluation.evidence, "load": load.as_evidence()})
+    # A failure stands at any load (worse at low load is worse); at 100% the canary carries
+    # everything, which is the load it is judged for.
+    if evaluation.verdict is not Verdict.PASS or not floor or judging.idle == "stable":
+        return evaluation
+    if load.ratio is None:
+        return replace(evaluation, verdict=Verdict.PENDING, reason=f"load unknown: {load.unknown}")
+    if load.ratio < floor:
+        reason = (
+            f"canary underloaded (load ratio {load.ratio:.2f}): a pass needs {floor:g} of "
+            "stable's load per replica"
+        )
+        return replace(evaluation, verdict=Verdict.PENDING, reason=reason)
+    return evaluation
+
+
+_LATENCY_SIGNAL = re.compile(r"^(e2e_latency|ttft|queue_time)(_mean|_p\d{1,2}(\.\d+)?)?$")
+
+
+def load_floor(spec: GateSpec) -> float | None:
+    """The load ratio below which ``spec`` may not pass (0: none, load only recorded), or
+    None for a gate whose verdict load does not change."""
+    if isinstance(spec, LatencyGate):
+        return spec.load_floor()
+    if isinstance(spec, CompareGate):
+        floor = spec.load_floor()
+        return floor if floor or spec.signal in QUEUE_TIMEOUT_SIGNALS else None
+    if isinstance(spec, ThresholdGate) and _LATENCY_SIGNAL.match(spec.signal):
+        # An absolute latency bound judges as it always did; the load is its context.
+        return 0.0
+    return None
+
+
+def _judged_window(spec: GateSpec, judging: Judging) -> timedelta:
+    """The window the judge looked at: since the step's weight was verified for the
+    cumulative kinds, the gate's own window otherwise."""
+    if isinstance(spec, LatencyGate | CompareGate):
+        return judging.since_step_start(spec.window)
+    return spec.window
+
+
+def _planned_ratio(judging: Judging) -> float | None:
+    weight = judging.weight
+    if weight is None or not 0 < weight < 100:
+        return None
+    pools = judging.plan.pools
+    return planned_load_ratio(weight, len(pools.canary.replicas), len(pools.stable.replicas))
 
 
 IDLE_REASON = {

@@ -2,6 +2,8 @@
 
 The file source lets a test (or a staging drill) drive the daemon in another process by
 rewriting one file: ``{"signal": {"canary": {"value": 0.01, "samples": 900}, ...}}``.
+Both answer the load signals (``load_requests_per_replica``, ``load_inflight_per_replica``)
+like any other: set them, or the load is unknown and a latency gate cannot pass.
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from rolloutd.analysis.base import Measurement, MeasurementError, Pool
+from rolloutd.analysis.load import LOAD_INFLIGHT, LOAD_REQUESTS
 
 
 class MemoryMetrics:
@@ -34,6 +37,12 @@ class MemoryMetrics:
         measurement = Measurement(value, samples, query=f"memory:{signal}", raw=raw or {})
         with self._lock:
             self._values[(signal, pool)] = measurement
+
+    def set_load(self, pool: Pool, requests_per_s: float, inflight: float | None = None) -> None:
+        """Make ``pool`` carry ``requests_per_s`` (and ``inflight``) per replica from now on."""
+        self.set(LOAD_REQUESTS, pool, requests_per_s)
+        if inflight is not None:
+            self.set(LOAD_INFLIGHT, pool, inflight)
 
     def fail(self, signal: str, pool: Pool, reason: str) -> None:
         """Make queries of ``signal`` on ``pool`` fail with ``reason``."""

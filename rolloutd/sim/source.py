@@ -13,6 +13,13 @@ quantiles ``e2e_latency_p95`` (``e2e_latency`` = p95), ``ttft_p95``, ``queue_tim
 (seconds; samples: completed requests), ``sequence_tokens_p99`` (prompt+output),
 ``prompt_tokens_p99``, ``kv_cache_usage`` (max over the pool's replicas) and ``requests``.
 No traffic in the window is a ``MeasurementError``, never a zero.
+
+Load per replica, in simulated time whatever the caller's clock: each snapshot also keeps
+the wall time it was taken at (the engines turn wall time into simulated time by their
+``time_scale``), so ``load_requests_per_replica`` is the window's requests per simulated
+second per replica of the pool, and ``load_inflight_per_replica`` the time its requests
+spent in the engines (queued or served) per simulated second per replica: the mean number
+in flight, by Little's law.
 """
 
 from __future__ import annotations
@@ -21,11 +28,13 @@ import bisect
 import math
 import re
 import threading
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
 from rolloutd.analysis.base import Measurement, MeasurementError, Pool
+from rolloutd.analysis.load import LOAD_INFLIGHT, LOAD_REQUESTS
 from rolloutd.sim.engine import Replica
 from rolloutd.sim.gateway import AgentMetrics
 from rolloutd.sim.ledger import RequestLedger, RequestRecord
@@ -41,6 +50,8 @@ class _Snapshot:
     positions: dict[int, int] = field(default_factory=dict)
     ooms: dict[str, int] = field(default_factory=dict)
     agent: dict[str, dict[str, int]] = field(default_factory=dict)
+    wall: float | None = None
+    """``time.monotonic()`` when taken (None: the source's start)."""
 
 
 @dataclass(frozen=True)
@@ -48,6 +59,7 @@ class _Window:
     records: list[RequestRecord]
     ooms: dict[str, int]
     agent: dict[str, dict[str, int]]
+    wall_seconds: float
 
 
 class SimulatorMetrics:
@@ -68,6 +80,7 @@ class SimulatorMetrics:
         self._snapshots: list[_Snapshot] = []
         self._max = max_snapshots
         self._lock = threading.Lock()
+        self._started = time.monotonic()
 
     def mark(self, now: datetime) -> None:
         """Keep a snapshot under ``now`` (``measure`` does this too)."""
@@ -86,6 +99,10 @@ class SimulatorMetrics:
         )
         if signal == "requests":
             return Measurement(float(len(records)), len(records), query)
+        if signal in (LOAD_REQUESTS, LOAD_INFLIGHT):
+            if not records:
+                raise nothing
+            return self._load(signal, pool, records, seen.wall_seconds, query)
         if signal in ("queue_timeout_rate", "error_rate"):
             if not records:
                 raise nothing
@@ -114,6 +131,27 @@ class SimulatorMetrics:
         if not values:
             raise nothing
         return Measurement(_quantile(values, q / 100.0), len(values), query)
+
+    def _load(
+        self,
+        signal: str,
+        pool: Pool,
+        records: list[RequestRecord],
+        wall_seconds: float,
+        query: str,
+    ) -> Measurement:
+        replicas = [r for r in self.replicas if r.pool == pool]
+        if not replicas:
+            raise MeasurementError(f"no replicas in the {pool} pool", query=query)
+        if wall_seconds <= 0:
+            raise MeasurementError("the window holds no time to divide by", query=query)
+        simulated = wall_seconds / replicas[0].time_scale
+        if signal == LOAD_REQUESTS:
+            total = float(len(records))
+        else:
+            total = sum(max(r.e2e_s, r.queue_s) for r in records)
+        raw = {"replicas": len(replicas), "simulated_seconds": simulated}
+        return Measurement(total / simulated / len(replicas), len(records), query, raw)
 
     def _agent(
         self,
@@ -164,7 +202,9 @@ class SimulatorMetrics:
             pool: {k: v - first.agent.get(pool, {}).get(k, 0) for k, v in counts.items()}
             for pool, counts in last.agent.items()
         }
-        return _Window(records, ooms, agent)
+        since = self._started if first.wall is None else first.wall
+        wall = (self._started if last.wall is None else last.wall) - since
+        return _Window(records, ooms, agent, wall)
 
     def _at(self, now: datetime) -> _Snapshot:
         with self._lock:
@@ -180,6 +220,7 @@ class SimulatorMetrics:
                 positions={key: ledger.position() for key, ledger in self._ledgers.items()},
                 ooms={replica.name: replica.ooms for replica in self.replicas},
                 agent=self.gateway.snapshot(),
+                wall=time.monotonic(),
             )
             self._times.append(now)
             self._snapshots.append(snapshot)

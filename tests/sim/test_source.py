@@ -125,3 +125,29 @@ def test_prompt_drift_pushes_sequence_p99_past_max_seq_len(fleet: Fleet) -> None
     now = T0 + timedelta(minutes=1)
     assert metrics.measure("sequence_tokens_p99", "canary", FIVE_MINUTES, now).value > 8_192
     assert metrics.measure("error_rate", "canary", FIVE_MINUTES, now).value > 0
+
+
+def test_load_per_replica_is_in_simulated_time_whatever_the_callers_clock(fleet: Fleet) -> None:
+    """Requests per simulated second per replica, and the mean in flight by Little's law:
+    the same traffic on one canary replica and on one of three stable ones reads as a
+    canary carrying three times a stable replica's load."""
+    metrics = fleet.metrics()
+    metrics.mark(T0)
+    canary = drive(fleet, "gpu-d", sessions=10, seed=1)
+    stable = drive(fleet, "gpu-a", sessions=10, seed=1)
+    now = T0 + timedelta(days=3)  # the caller's clock may run at any speed
+    rate = {p: metrics.measure("load_requests_per_replica", p, FIVE_MINUTES, now) for p in POOLS}
+    assert rate["canary"].samples == canary.pools["canary"].requests
+    assert rate["canary"].raw["replicas"] == 1 and rate["stable"].raw["replicas"] == 3
+    simulated = rate["canary"].raw["simulated_seconds"]
+    assert simulated == pytest.approx(rate["stable"].raw["simulated_seconds"])
+    assert rate["canary"].value == pytest.approx(canary.pools["canary"].requests / simulated)
+    ratio = rate["canary"].value / rate["stable"].value
+    assert ratio == pytest.approx(3 * canary.total("requests") / stable.total("requests"))
+    inflight = metrics.measure("load_inflight_per_replica", "canary", FIVE_MINUTES, now)
+    busy = sum(canary.pools["canary"].latencies)
+    assert inflight.value == pytest.approx(busy / simulated, rel=0.05)
+    assert 0 < inflight.value <= 10  # never more than the 10 concurrent agents
+
+
+POOLS = ("canary", "stable")
