@@ -26,13 +26,15 @@ class Verdict(StrEnum):
 
 @dataclass(frozen=True)
 class GateResult:
-    """The newest evaluation of one gate."""
+    """The newest evaluation of one gate; ``samples`` is how many observations it rests on
+    (None when the gate's kind counts none, or the measurement failed)."""
 
     verdict: Verdict
     evaluated_at: datetime
     reason: str = ""
     value: float | None = None
     threshold: str | None = None
+    samples: int | None = None
 
 
 CommandKind = Literal["promote", "abort", "pause", "resume"]

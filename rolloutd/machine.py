@@ -10,15 +10,21 @@ The rules, in the order they apply on a tick:
 1. A terminal rollout does nothing; every command is rejected.
 2. A pending rollout starts (or fails its preflight, or is aborted before any traffic moved).
 3. Operator commands apply in the order they were given.
-4. Gates are judged: any rollback-trigger failure or any breach starts the rollback;
-   too many consecutive inconclusive evaluations pause (or roll back, as the plan says),
-   and an inconclusive pause lifts by itself once every gate has data again.
+4. Gates are judged: any rollback-trigger failure or any breach starts the rollback.
+   Missing data is judged per gate, by the gate's ``on_no_data``: a gate with more
+   inconclusive evaluations in a row than the limit, or one still short of the step's
+   ``min_samples`` once the step's extension ran out, holds the rollout (a pause that lifts
+   by itself once every gate has data again), rolls it back, or holds and then rolls back
+   after ``rollback_after``, counted on the rollout clock (``now``) with the hold
+   included, since the hold itself stops the bake clock.
 5. A rollback moves through its phases as the world shows them done: the router reads 0,
    then every canary replica was redeployed, then every one verified; only then does it
    end ``rolled_back``. Until then it stays ``rolling_back``.
 6. A step counts as reached only when the router reads its desired weight back; it
    completes when its bake has elapsed (or it was promoted) and every gate passed after
-   it was reached.
+   it was reached, resting on at least the step's ``min_samples``. A step whose gates
+   are short of samples when its bake ends is extended, by up to ``max_extension`` of
+   bake time; no traffic is never a pass.
 
 What the router must serve is a fact (:class:`~rolloutd.progress.Desired`), changed only
 here and stored with the decision; the ``SetWeight`` actions are attempts toward it.
@@ -30,6 +36,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 
+from rolloutd import nodata
 from rolloutd.actions import (
     Action,
     Alert,
@@ -46,7 +53,15 @@ from rolloutd.actions import (
 )
 from rolloutd.durations import format_duration
 from rolloutd.plan import FullStep, PauseStep, Plan, SteadyStep
-from rolloutd.progress import Desired, Ending, Progress, RollbackFacts, State, derive_state
+from rolloutd.progress import (
+    Desired,
+    Ending,
+    Progress,
+    RollbackFacts,
+    RollbackKind,
+    State,
+    derive_state,
+)
 
 
 @dataclass(frozen=True)
@@ -65,6 +80,20 @@ def state_of(plan: Plan, progress: Progress) -> State:
     step = plan.steps[min(progress.step_index, len(plan.steps) - 1)]
     waiting = isinstance(step, PauseStep) and step.duration is None
     return derive_state(progress, awaiting_promotion=waiting)
+
+
+def rollback_kind(plan: Plan, facts: RollbackFacts) -> RollbackKind:
+    """What started the rollback: stored since rollbacks were classified, before that read
+    from the cause the machine wrote."""
+    if facts.kind is not None:
+        return facts.kind
+    if facts.gate is not None:
+        return "trigger" if facts.gate in plan.rollback.triggers else "gate"
+    if facts.cause.startswith("aborted by "):
+        return "abort"
+    if "inconclusive evaluations in a row" in facts.cause:
+        return "no_data"
+    return "deadline"
 
 
 def deploy_key(replica: str) -> str:
@@ -212,12 +241,16 @@ class _Tick:
             self.outcomes.append(CommandOutcome(command.id, True, detail))
 
     def _abort(self, command: Command) -> str:
-        self.start_rollback(f"aborted by {command.actor}: {command.reason}", actor=command.actor)
+        self.start_rollback(
+            f"aborted by {command.actor}: {command.reason}", kind="abort", actor=command.actor
+        )
         return "rollback started"
 
     def _pause(self, command: Command) -> str:
         self.p = replace(self.p.stop_clock(self.now), paused="operator")
-        self.events.append(Event("paused", _said(command, "paused"), actor=command.actor))
+        self.events.append(
+            Event("paused", _said(command, "paused"), command.actor, {"cause": "operator"})
+        )
         return "paused"
 
     def _resume(self, command: Command) -> str:
@@ -248,7 +281,14 @@ class _Tick:
 
     def resume(self, detail: str, *, actor: str = "rolloutd") -> None:
         mark = self.now if self.p.step_verified_at is not None else None
-        self.p = replace(self.p, paused=None, bake_mark=mark, inconclusive_streaks={})
+        self.p = replace(
+            self.p,
+            paused=None,
+            bake_mark=mark,
+            inconclusive_streaks={},
+            no_data_since={},
+            short_since=None,
+        )
         self.events.append(Event("resumed", detail, actor=actor))
 
     # -- gates -----------------------------------------------------------------------------
@@ -258,6 +298,7 @@ class _Tick:
             return
         triggers = self.plan.rollback.triggers
         streaks = dict(self.p.inconclusive_streaks)
+        no_data = dict(self.p.no_data_since)
         seen = dict(self.p.last_seen)
         for gate, since in self.relevant_gates(triggers).items():
             result = verdicts.get(gate)
@@ -265,20 +306,29 @@ class _Tick:
                 continue
             if gate not in seen or result.evaluated_at > seen[gate]:
                 seen[gate] = result.evaluated_at
-                inconclusive = result.verdict is Verdict.INCONCLUSIVE or self.starved(gate, result)
-                streaks[gate] = streaks.get(gate, 0) + 1 if inconclusive else 0
+                if result.verdict is Verdict.INCONCLUSIVE or self.starved(gate, result):
+                    streaks[gate] = streaks.get(gate, 0) + 1
+                    no_data.setdefault(gate, result.evaluated_at)
+                else:
+                    streaks[gate] = 0
+                    no_data.pop(gate, None)
                 if result.verdict is Verdict.FAIL and self.plan.gates[gate].kind == "capacity":
                     self.capacity_invalid(gate, result)
             breached = result.verdict is Verdict.BREACH or (
                 gate in triggers and result.verdict is Verdict.FAIL
             )
             if breached:
-                self.p = replace(self.p, inconclusive_streaks=streaks, last_seen=seen)
+                self.p = replace(
+                    self.p, inconclusive_streaks=streaks, no_data_since=no_data, last_seen=seen
+                )
                 cause = f"gate {gate} breached" + (f": {result.reason}" if result.reason else "")
-                self.start_rollback(cause, gate=gate, result=result)
+                kind: RollbackKind = "trigger" if gate in triggers else "gate"
+                self.start_rollback(cause, kind=kind, gate=gate, result=result)
                 return
-        self.p = replace(self.p, inconclusive_streaks=streaks, last_seen=seen)
-        self.judge_inconclusive(streaks)
+        self.p = replace(
+            self.p, inconclusive_streaks=streaks, no_data_since=no_data, last_seen=seen
+        )
+        self.judge_no_data(verdicts)
 
     def starved(self, gate: str, result: GateResult) -> bool:
         """A latency gate still pending for want of samples once the step's bake is over:
@@ -289,7 +339,9 @@ class _Tick:
         step = self.plan.steps[self.p.step_index]
         if gate not in step.gates or self.p.step_verified_at is None:
             return False
-        return self.p.baked(self.now) >= step.hold_for()
+        # A gate the step counts samples for waits out the step's extension first.
+        extension = step.extension() if gate in step.min_samples else timedelta(0)
+        return self.p.baked(self.now) >= step.hold_for() + extension
 
     def capacity_invalid(self, gate: str, result: GateResult) -> None:
         """Tell people once per step: the assumption the change was planned on does not hold."""
@@ -312,20 +364,60 @@ class _Tick:
             gates.setdefault(gate, self.p.step_entered_at)
         return gates
 
-    def judge_inconclusive(self, streaks: Mapping[str, int]) -> None:
-        limit = self.plan.limits.max_inconclusive
-        over = sorted(g for g, n in streaks.items() if n > limit)
-        if over and self.p.paused is None:
-            cause = f"{', '.join(over)}: more than {limit} inconclusive evaluations in a row"
-            if self.plan.limits.on_inconclusive == "rollback":
-                self.start_rollback(cause)
-                return
+    def judge_no_data(self, verdicts: Mapping[str, GateResult]) -> None:
+        """Each gate without data (see :mod:`rolloutd.nodata`) holds the rollout or rolls it
+        back, as its ``on_no_data`` says; the hold lifts once every gate has data again."""
+        lacking = nodata.over_limit(self.plan, self.p, self.now)
+        for gate, lack in self.past_extension(verdicts).items():
+            lacking.setdefault(gate, lack)
+        if self.p.paused == "operator":
+            # An operator holds the rollout: missing data neither pauses nor rolls it back.
+            return
+        if not lacking:
+            if self.p.paused == "inconclusive":
+                # The data is back; an automatic pause lifts by itself, an operator's does not.
+                self.resume("resumed: every gate has data again")
+            return
+        due = {}
+        for gate, lack in lacking.items():
+            why = nodata.gives_up(self.plan, gate, lack, self.now)
+            if why is not None:
+                due[gate] = nodata.Lack(why, lack.since)
+        if due:
+            cause = f"no data: {nodata.describe(due)}"
+            self.start_rollback(cause, kind="no_data", gate=next(iter(due)))
+        elif self.p.paused is None:
+            cause = nodata.describe(lacking)
             self.p = replace(self.p.stop_clock(self.now), paused="inconclusive")
-            self.events.append(Event("paused", f"paused: {cause}"))
+            data: dict[str, object] = {"cause": "no_data", "gates": list(lacking)}
+            self.events.append(Event("paused", f"paused: {cause}", data=data))
             self.alert("inconclusive_limit", "warning", f"Rollout paused: {cause}")
-        elif not over and self.p.paused == "inconclusive":
-            # The data is back; an automatic pause lifts by itself, an operator's does not.
-            self.resume("resumed: every gate has data again")
+
+    def past_extension(self, verdicts: Mapping[str, GateResult]) -> dict[str, nodata.Lack]:
+        """The step's gates still short of ``min_samples`` once its bake and extension are
+        over. The bake ending short extends it (once per step, with an event and an alert)."""
+        short = nodata.short_of_samples(self.plan, self.p, verdicts)
+        bake = nodata.bake_of(self.plan, self.p)
+        extension = self.plan.steps[self.p.step_index].extension()
+        baked = self.p.baked(self.now)
+        if not short or baked < bake:
+            self.p = replace(self.p, short_since=None)
+            return {}
+        if not self.p.extended and extension > timedelta(0):
+            detail, data = nodata.extension_notice(self.plan, self.p, short)
+            self.p = replace(self.p, extended=True)
+            event_data = {"step": self.p.step_index, **data}
+            self.events.append(Event("step_extended", detail, data=event_data))
+            self.alert("step_extended", "warning", f"Bake extended: {detail}", data)
+        if baked < bake + extension:
+            self.p = replace(self.p, short_since=None)
+            return {}
+        since = self.p.short_since or self.now
+        self.p = replace(self.p, short_since=since)
+        return {
+            gate: nodata.Lack(f"{seen} samples of the {needed} the step needs", since)
+            for gate, (seen, needed) in short.items()
+        }
 
     # -- moving through the steps ----------------------------------------------------------
 
@@ -354,7 +446,8 @@ class _Tick:
                 and self.now - self.p.step_entered_at > deadline
             ):
                 self.start_rollback(
-                    f"the router did not confirm {weight}% within {format_duration(deadline)}"
+                    f"the router did not confirm {weight}% within {format_duration(deadline)}",
+                    kind="deadline",
                 )
             return
         baked = self.p.baked(self.now)
@@ -362,18 +455,28 @@ class _Tick:
             if step.duration is not None and baked >= step.duration:
                 self.complete()
             return
-        hold = (
-            timedelta(seconds=self.p.promoted_after_seconds) if self.p.promoted else step.hold_for()
-        )
+        hold = nodata.bake_of(self.plan, self.p)
         verified_at = self.p.step_verified_at
         waiting = [g for g in step.gates if not _passed_since(verdicts.get(g), verified_at)]
-        if baked >= hold and not waiting:
+        short = nodata.short_of_samples(self.plan, self.p, verdicts)
+        if baked >= hold and not waiting and not short:
             self.complete()
-        elif deadline is not None and baked - hold > deadline and not isinstance(step, SteadyStep):
+            return
+        # Gates short of samples are missing data (judge_no_data); the deadline is for gates
+        # that do not pass, and an extended bake moves it on by the extension.
+        if self.p.extended:
+            hold += step.extension()
+        if (
+            deadline is not None
+            and waiting
+            and baked - hold > deadline
+            and not isinstance(step, SteadyStep)
+        ):
             # At steady the canary already serves everyone: a failing watch alerts and holds.
             self.start_rollback(
                 f"{step.title()} did not pass {', '.join(waiting)} within "
-                f"{format_duration(deadline)} after its bake"
+                f"{format_duration(deadline)} after its bake",
+                kind="deadline",
             )
 
     def complete(self) -> None:
@@ -397,6 +500,8 @@ class _Tick:
             bake_mark=None,
             promoted=False,
             promoted_after_seconds=0.0,
+            extended=False,
+            short_since=None,
         )
         self.want(weight, mirror)
         self.events.append(
@@ -426,15 +531,20 @@ class _Tick:
         self,
         cause: str,
         *,
+        kind: RollbackKind,
         gate: str | None = None,
         result: GateResult | None = None,
         actor: str = "rolloutd",
     ) -> None:
         self.rollback_started = True
-        facts = RollbackFacts(cause=cause, started_at=self.now, gate=gate)
+        facts = RollbackFacts(cause=cause, started_at=self.now, gate=gate, kind=kind)
         self.p = replace(self.p.stop_clock(self.now), rollback=facts, paused=None)
         self.want(0, False)
-        data: dict[str, object] = {"step": self.p.step_index, "step_name": self.step_title()}
+        data: dict[str, object] = {
+            "step": self.p.step_index,
+            "step_name": self.step_title(),
+            "cause": kind,
+        }
         if gate is not None and result is not None:
             data.update(gate=gate, value=result.value, threshold=result.threshold)
         self.events.append(Event("rollback_started", f"rollback started: {cause}", actor, data))

@@ -5,7 +5,8 @@ Served as ``/metrics`` beside ``/healthz``. Two kinds:
 * read from the database at scrape time (every instance, standbys included, reports the same
   values, so a dashboard or an alert keeps working whichever instance leads): per rollout its
   state, step and canary weight, each gate's newest value and verdict, failed action attempts,
-  and the alert outbox's depth and oldest age;
+  its rollback and holds by cause and its extended bakes, and the alert outbox's depth and
+  oldest age;
 * counted in this process: ticks and their duration, alert delivery outcomes, and whether
   this instance leads.
 """
@@ -16,6 +17,7 @@ import time
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from datetime import datetime, timedelta
+from typing import Any, get_args
 
 import structlog
 from prometheus_client import CollectorRegistry, Counter, Histogram
@@ -28,13 +30,13 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from rolloutd.actions import Verdict
 from rolloutd.errors import RolloutdError
-from rolloutd.machine import state_of
+from rolloutd.machine import rollback_kind, state_of
 from rolloutd.operations import current_weight, plan_of
-from rolloutd.progress import Progress, State
+from rolloutd.progress import Progress, RollbackKind, State
 from rolloutd.reconcile import NotLeading
 from rolloutd.store import queries
 from rolloutd.store.db import transaction
-from rolloutd.store.models import Action, Rollout
+from rolloutd.store.models import Action, Event, Rollout
 from rolloutd.store.outbox import outbox_stats
 
 log = structlog.get_logger("rolloutd.metrics")
@@ -42,6 +44,8 @@ log = structlog.get_logger("rolloutd.metrics")
 # Ended rollouts stay on the dashboard this long, so "rolled back" is seen, not just vanishes.
 ENDED_VISIBLE_FOR = timedelta(hours=1)
 TICK_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)
+ROLLBACK_CAUSES: tuple[RollbackKind, ...] = get_args(RollbackKind)
+HOLD_CAUSES = ("operator", "no_data")
 
 
 class DaemonMetrics:
@@ -214,7 +218,64 @@ class _StoreCollector(Collector):
             for rollout_id, kind, attempts in rows:
                 failures.add_metric([str(rollout_id), kind], float(attempts or 0))
         yield from (state, step, weight, gate_value, gate_verdict, gate_age, failures)
+        yield from _causes(session, rollouts)
         yield from _outbox(session, now)
+
+
+def _causes(session: Session, rollouts: list[Rollout]) -> Iterator[Metric]:
+    """Rollbacks by cause (from the rollback facts), holds by cause and extended bakes (from
+    the events). Every cause is reported, at 0 until it happens, so ``increase()`` sees the
+    first one."""
+    labels = ["rollout", "service", "environment"]
+    rollbacks = CounterMetricFamily(
+        "rolloutd_rollbacks",
+        "Rollbacks started, by cause: gate (a step gate's breach), trigger, abort, deadline "
+        "(progress deadline) or no_data (a gate's on_no_data).",
+        labels=[*labels, "cause"],
+    )
+    holds = CounterMetricFamily(
+        "rolloutd_holds",
+        "Times the rollout was paused, by cause: operator, or no_data (inconclusive evaluations "
+        "past the limit, or samples short after the extension).",
+        labels=[*labels, "cause"],
+    )
+    extensions = CounterMetricFamily(
+        "rolloutd_step_extensions",
+        "Bakes extended because a gate had fewer samples than the step's min_samples.",
+        labels=labels,
+    )
+    counted: dict[int, dict[str, int]] = {r.id: {} for r in rollouts}
+    if rollouts:
+        rows = session.execute(
+            select(Event.rollout_id, Event.kind, Event.detail, Event.data).where(
+                Event.rollout_id.in_(list(counted)),
+                Event.kind.in_(("paused", "step_extended")),
+            )
+        )
+        for rollout_id, kind, detail, data in rows:
+            key = kind if kind == "step_extended" else _hold_cause(detail, data)
+            counts = counted[rollout_id]
+            counts[key] = counts.get(key, 0) + 1
+    for rollout in rollouts:
+        rollout_labels = [str(rollout.id), rollout.service, rollout.environment]
+        facts = Progress.from_storage(rollout.progress).rollback
+        started = None if facts is None else rollback_kind(plan_of(rollout), facts)
+        for cause in ROLLBACK_CAUSES:
+            rollbacks.add_metric([*rollout_labels, cause], float(cause == started))
+        counts = counted[rollout.id]
+        for held in HOLD_CAUSES:
+            holds.add_metric([*rollout_labels, held], float(counts.get(held, 0)))
+        extensions.add_metric(rollout_labels, float(counts.get("step_extended", 0)))
+    yield from (rollbacks, holds, extensions)
+
+
+def _hold_cause(detail: str, data: dict[str, Any] | None) -> str:
+    """Why a rollout was paused; events written before the cause was stored say it in words
+    (an operator's pause reads ``paused by NAME``, the machine's ``paused: WHY``)."""
+    cause = (data or {}).get("cause")
+    if isinstance(cause, str):
+        return cause
+    return "no_data" if detail.startswith("paused: ") else "operator"
 
 
 def _visible(session: Session, now: datetime) -> list[Rollout]:

@@ -208,7 +208,7 @@ def status_view(session: Session, rollout: Rollout) -> dict[str, Any]:
         "bake_seconds": step.hold_for().total_seconds(),
         "paused": progress.paused,
         "rollback_cause": progress.rollback.cause if progress.rollback else None,
-        "gates": _gate_views(session, rollout, plan, index),
+        **_with_load(_gate_views(session, rollout, plan, index)),
         "plan_hash": rollout.plan_hash,
         "created_by": rollout.created_by,
         "created_at": _iso(rollout.created_at),
@@ -233,9 +233,24 @@ def _gate_views(session: Session, rollout: Rollout, plan: Plan, index: int) -> l
                 "threshold": evaluation.threshold if evaluation else None,
                 "reason": evaluation.reason if evaluation else None,
                 "evaluated_at": _iso(evaluation.evaluated_at) if evaluation else None,
+                "load": (evaluation.evidence or {}).get("load") if evaluation else None,
             }
         )
     return views
+
+
+def _with_load(gates: list[dict[str, Any]]) -> dict[str, Any]:
+    """The gates, each with the load ratio it was judged at, and the newest load measured
+    for any of them (canary vs stable per replica) as the rollout's ``load``."""
+    measured = [g for g in gates if isinstance(g["load"], dict)]
+    newest = max(measured, key=lambda g: g["evaluated_at"] or "", default=None)
+    load = None
+    if newest is not None:
+        load = {**newest["load"], "gate": newest["name"], "evaluated_at": newest["evaluated_at"]}
+    for gate in gates:
+        found = gate.pop("load")
+        gate["load_ratio"] = found.get("ratio") if isinstance(found, dict) else None
+    return {"gates": gates, "load": load}
 
 
 def list_view(rollout: Rollout) -> dict[str, Any]:

@@ -12,6 +12,7 @@ from __future__ import annotations
 import math
 import re
 import string
+from collections.abc import Mapping, Sequence
 from datetime import timedelta
 from typing import Annotated, Literal, Self
 
@@ -223,11 +224,50 @@ class Capacity(_Spec):
 # --- gates --------------------------------------------------------------------------------
 
 
+class RollbackAfter(_Spec):
+    """Hold first; roll back once the gate has gone ``rollback_after`` without data."""
+
+    rollback_after: Duration
+
+    @model_validator(mode="after")
+    def _positive(self) -> Self:
+        if self.rollback_after <= timedelta(0):
+            raise ValueError("rollback_after must be longer than 0s")
+        return self
+
+
+NoData = Literal["hold", "rollback"] | RollbackAfter
+
+
+def _no_data(value: object) -> object:
+    # One message for the three spellings, instead of one per branch of the union.
+    if value is None or value in ("hold", "rollback") or isinstance(value, RollbackAfter):
+        return value
+    if isinstance(value, dict) and set(value) == {"rollback_after"}:
+        after = _duration(value["rollback_after"])
+        if isinstance(after, timedelta) and after > timedelta(0):
+            return RollbackAfter(rollback_after=after)
+    raise ValueError(
+        f"expected 'hold', 'rollback' or {{rollback_after: DURATION}} (e.g. "
+        f"{{rollback_after: 30m}}, longer than 0s), got {value!r}"
+    )
+
+
 class _Gate(_Spec):
     """Fields every gate kind shares."""
 
     description: str = ""
     window: Duration = timedelta(minutes=5)
+    on_no_data: Annotated[NoData | None, BeforeValidator(_no_data)] = None
+    """What the gate's missing data does to the rollout: ``hold`` (pause until data returns),
+    ``rollback``, or ``{rollback_after: 30m}`` (hold, then roll back once the gate has gone
+    that long without data, the hold included). Default: ``limits.on_inconclusive``."""
+
+    def no_data(self, limits: Limits) -> NoData:
+        """This gate's rule for missing data, the plan's limit standing in when it has none."""
+        if self.on_no_data is not None:
+            return self.on_no_data
+        return "rollback" if limits.on_inconclusive == "rollback" else "hold"
 
     def live_pools(self) -> frozenset[Literal["canary", "stable"]]:
         """The pools whose live requests this gate needs: it does not apply at a step where
@@ -265,6 +305,19 @@ class EventsGate(_Gate):
     max_events: int = Field(default=0, ge=0)
 
 
+DEFAULT_MIN_LOAD_RATIO = 0.7
+"""The canary's load per replica, as a share of stable's, below which a latency or
+queue-timeout gate may fail but not pass (its short queue flatters it)."""
+QUEUE_TIMEOUT_SIGNALS = frozenset({"queue_timeouts", "queue_timeout_rate"})
+"""Signals that count queue timeouts: like latency, they look better on an underloaded canary."""
+
+
+def planned_load_ratio(weight: int, canary_replicas: int, stable_replicas: int) -> float:
+    """One canary replica's share of sessions over one stable replica's, at ``weight`` percent
+    (1-99): ``(w / nc) / ((1 - w) / ns)``."""
+    return (weight / canary_replicas) / ((100 - weight) / stable_replicas)
+
+
 class CompareGate(_Gate):
     """Canary vs stable rates with an anytime-valid sequential test at level ``alpha``."""
 
@@ -281,9 +334,25 @@ class CompareGate(_Gate):
     (A rollback trigger has no last step: it keeps the every-tick test alone.)"""
     sequential_share: float = Field(default=0.2, gt=0.0, lt=1.0)
     """The share of ``alpha`` the every-tick test spends; the final look gets the rest."""
+    clustered: bool | None = None
+    """Whether one session can cause several of the signal's events (timeouts, schema
+    violations: its turns share a fate). Clustered events are judged with the dispersion
+    that blocks of ``window`` (each longer than a session) show, and the every-tick test
+    waits for four blocks. Default: not for ``escalations`` and ``escalation_rate`` (once
+    per session), clustered otherwise."""
+    min_load_ratio: float | None = Field(default=None, ge=0.0)
+    """The canary's load per replica, as a share of stable's, below which the gate may fail
+    but not pass. Default: 0.7 on a queue-timeout signal (a short queue times out less),
+    none otherwise."""
 
     def live_pools(self) -> frozenset[Literal["canary", "stable"]]:
         return frozenset({"canary", "stable"})
+
+    def load_floor(self) -> float:
+        """The effective ``min_load_ratio`` (0: a pass at any load)."""
+        if self.min_load_ratio is not None:
+            return self.min_load_ratio
+        return DEFAULT_MIN_LOAD_RATIO if self.signal in QUEUE_TIMEOUT_SIGNALS else 0.0
 
 
 class LatencyGate(_Gate):
@@ -294,10 +363,18 @@ class LatencyGate(_Gate):
     target_seconds: float = Field(gt=0)
     max_ratio: float | None = Field(default=None, gt=1.0)
     min_samples: int = Field(default=0, ge=0)
+    min_load_ratio: float | None = Field(default=None, ge=0.0)
+    """The canary's load per replica, as a share of stable's, below which the gate may fail
+    but not pass: an underloaded canary's short queue flatters its latency. Default 0.7;
+    0 accepts a pass at any load."""
 
     def live_pools(self) -> frozenset[Literal["canary", "stable"]]:
         # At 100% the ratio to stable is dropped and the target alone is judged.
         return frozenset({"canary"})
+
+    def load_floor(self) -> float:
+        """The effective ``min_load_ratio`` (0: a pass at any load)."""
+        return DEFAULT_MIN_LOAD_RATIO if self.min_load_ratio is None else self.min_load_ratio
 
 
 class CapacityGate(_Gate):
@@ -347,10 +424,20 @@ class _Step(_Spec):
 
     name: str | None = None
     gates: list[Name] = Field(default_factory=list)
+    min_samples: dict[Name, Annotated[int, Field(ge=1)]] = Field(default_factory=dict)
+    """Per gate of the step, the samples its newest evaluation must rest on for the step to
+    complete; short of them when the bake ends, the bake is extended (``max_extension``)."""
+    max_extension: Duration | None = None
+    """How much longer than its bake the step may wait for ``min_samples``; default: the
+    bake's own length. Then the short gate's ``on_no_data`` applies."""
 
     def hold_for(self) -> timedelta:
         """How long the step must run (paused time excluded) before it may complete."""
         return timedelta(0)
+
+    def extension(self) -> timedelta:
+        """How long past its bake the step may wait for its gates' ``min_samples``."""
+        return self.hold_for() if self.max_extension is None else self.max_extension
 
     def title(self) -> str:
         """The step's name as shown to operators."""
@@ -533,6 +620,7 @@ AlertTopic = Literal[
     "action_stuck",
     "awaiting_promotion",
     "inconclusive_limit",
+    "step_extended",
     "capacity_invalid",
     "drill_result",
     "skip_drill",
@@ -603,7 +691,8 @@ class Alerts(_Spec):
 
 
 class Limits(_Spec):
-    """When to stop trusting a rollout that makes no progress."""
+    """When to stop trusting a rollout that makes no progress. ``on_inconclusive`` is the
+    ``on_no_data`` of every gate that does not name its own (pause: ``hold``)."""
 
     max_inconclusive: int = Field(default=5, ge=1)
     on_inconclusive: Literal["pause", "rollback"] = "pause"
@@ -664,8 +753,19 @@ class Plan(_Spec):
         return tuple(self.steps[index].gates)
 
 
-def plan_warnings(plan: Plan) -> list[tuple[str, str]]:
-    """Things that are legal but probably wrong: today, a target concurrency that cannot fit."""
+def plan_warnings(
+    plan: Plan, latency_edges: Mapping[str, tuple[str, Sequence[float]]] | None = None
+) -> list[tuple[str, str]]:
+    """Things that are legal but probably wrong: a target concurrency that cannot fit, and
+    step gates that cannot pass at their step's load (``rolloutd.loadmatch``).
+    ``latency_edges``: per latency signal, where its static bucket edges come from and the
+    edges, when the plan's templates state them."""
+    from rolloutd.loadmatch import load_warnings
+
+    return [*_capacity_warnings(plan), *load_warnings(plan, latency_edges)]
+
+
+def _capacity_warnings(plan: Plan) -> list[tuple[str, str]]:
     from rolloutd.capacity import CapacityError, deployment_of, max_seq_len_for, resident_sequences
 
     capacity = plan.capacity
@@ -702,7 +802,29 @@ def plan_problems(plan: Plan) -> list[tuple[str, str]]:
         *_mirroring(plan),
         *_capacity(plan),
         *_gates_without_traffic(plan),
+        *_step_min_samples(plan),
     ]
+
+
+def _step_min_samples(plan: Plan) -> list[tuple[str, str]]:
+    """A step may ask for samples only from its own gates, of kinds that count samples, and
+    only where it judges its gates at all (a pause step does not)."""
+    problems = []
+    for i, step in enumerate(plan.steps):
+        if isinstance(step, PauseStep):
+            for field in ("min_samples", "max_extension"):
+                if getattr(step, field):
+                    problems.append((f"steps[{i}].{field}", "a pause step judges no gates"))
+            continue
+        for name in step.min_samples:
+            where = f"steps[{i}].min_samples.{name}"
+            gate = plan.gates.get(name)
+            if name not in step.gates:
+                listed = ", ".join(step.gates) or "none"
+                problems.append((where, f"{name!r} is not one of this step's gates ({listed})"))
+            elif isinstance(gate, EventsGate):
+                problems.append((where, f"gate {name!r} counts events, not samples"))
+    return problems
 
 
 def _gates_without_traffic(plan: Plan) -> list[tuple[str, str]]:

@@ -14,13 +14,16 @@ import reprlib
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import yaml
 from pydantic import ValidationError
 
 from rolloutd.errors import BadInput, Problem
-from rolloutd.plan import Plan, plan_problems, plan_warnings
+from rolloutd.plan import CompareGate, LatencyGate, Plan, plan_problems, plan_warnings
+
+if TYPE_CHECKING:
+    from rolloutd.analysis.templates import Templates
 
 MAX_PLAN_BYTES = 1024 * 1024
 
@@ -58,22 +61,25 @@ def parse_plan(text: str, source: str = "<plan>") -> LoadedPlan:
     problems = [Problem(source, path, message) for path, message in plan_problems(plan)]
     if problems:
         raise BadInput(problems)
-    _check_templates(plan, source)
-    warnings = tuple(Problem(source, path, message) for path, message in plan_warnings(plan))
+    templates = _check_templates(plan, source)
+    found = plan_warnings(plan, _latency_edges(templates))
+    found += _load_signal_warnings(plan, templates)
+    warnings = tuple(Problem(source, path, message) for path, message in found)
     return LoadedPlan(
         plan=plan, source=source, text=text, content_hash=content_hash(plan), warnings=warnings
     )
 
 
-def _check_templates(plan: Plan, source: str) -> None:
+def _check_templates(plan: Plan, source: str) -> Templates | None:
     """A Prometheus plan's template file loads, its overrides fit it, and it answers every
-    signal the gates read with a kind they can judge.
+    signal the gates read with a kind they can judge; returns the templates (None: the plan
+    reads no template file).
 
     :raises BadInput: naming the template file's own fields, or the plan's.
     """
     metrics = plan.metrics
     if metrics.source != "prometheus" or metrics.templates is None:
-        return
+        return None
     from rolloutd.analysis.templates import load_templates, signal_problems
 
     templates = load_templates(metrics.templates).with_overrides(metrics.overrides, where=source)
@@ -89,6 +95,49 @@ def _check_templates(plan: Plan, source: str) -> None:
             problems.append((f"metrics.{field}", "is not a Prometheus label name"))
     if problems:
         raise BadInput([Problem(source, path, message) for path, message in problems])
+    return templates
+
+
+# The agent gateway's duration histogram: its default edges are known (rolloutd.gateway).
+_GATEWAY_DURATION = "agent_request_duration_seconds_bucket"
+
+
+def _latency_edges(templates: Templates | None) -> dict[str, tuple[str, Sequence[float]]]:
+    """The static bucket edges of the templates' latency histograms, where known: the
+    gateway's defaults for a signal read from its duration histogram."""
+    if templates is None:
+        return {}
+    from rolloutd.gateway import DURATION_BUCKETS
+
+    return {
+        name: ("the agent gateway's default buckets", DURATION_BUCKETS)
+        for name, signal in templates.signals.items()
+        if signal.buckets is not None and _GATEWAY_DURATION in signal.buckets
+    }
+
+
+def _load_signal_warnings(plan: Plan, templates: Templates | None) -> list[tuple[str, str]]:
+    """Gates that need the pools' load while the templates cannot measure it: they would
+    never pass (the load is unknown)."""
+    from rolloutd.analysis.load import LOAD_SIGNALS
+
+    if templates is None or any(name in templates.signals for name in LOAD_SIGNALS):
+        return []
+    gated = sorted(
+        name
+        for name, gate in plan.gates.items()
+        if isinstance(gate, LatencyGate | CompareGate) and gate.load_floor() > 0
+    )
+    if not gated:
+        return []
+    return [
+        (
+            "metrics.templates",
+            f"{templates.source} defines neither {' nor '.join(LOAD_SIGNALS)}: the load of "
+            f"the pools is unknown, so {', '.join(gated)} can never pass; add them (see "
+            "gates/README.md) or set min_load_ratio: 0 on those gates",
+        )
+    ]
 
 
 _LABEL_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")

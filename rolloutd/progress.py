@@ -41,6 +41,9 @@ TERMINAL = frozenset({State.ROLLED_BACK, State.COMPLETED, State.ABORTED, State.F
 Ending = Literal["rolled_back", "completed", "aborted", "failed"]
 PauseCause = Literal["operator", "inconclusive"]
 RollbackPhase = Literal["weight", "redeploy", "verify"]
+RollbackKind = Literal["gate", "trigger", "abort", "deadline", "no_data"]
+"""What started a rollback: a step gate's breach, a rollback trigger, an operator's abort, the
+progress deadline, or a gate without data (or samples) under ``on_no_data``."""
 
 
 @dataclass(frozen=True)
@@ -76,6 +79,8 @@ class RollbackFacts:
     phase: RollbackPhase = "weight"
     owed: tuple[str, ...] = ()
     """Replicas that still owe the current phase's redeploy or verification."""
+    kind: RollbackKind | None = None
+    """None only in progress stored before rollbacks were classified."""
 
 
 @dataclass(frozen=True)
@@ -92,7 +97,13 @@ class Progress:
     promoted_after_seconds: float = 0.0
     paused: PauseCause | None = None
     inconclusive_streaks: dict[str, int] = field(default_factory=dict)
+    no_data_since: dict[str, datetime] = field(default_factory=dict)
+    """Per gate, when its current inconclusive streak began (its first inconclusive evaluation)."""
     last_seen: dict[str, datetime] = field(default_factory=dict)
+    extended: bool = False
+    """The step's bake was extended for want of samples (``min_samples``)."""
+    short_since: datetime | None = None
+    """When the step's extension ran out with a gate still short of samples."""
     rollback: RollbackFacts | None = None
     desired: Desired | None = None
     ended: Ending | None = None
@@ -120,7 +131,10 @@ class Progress:
             "promoted_after_seconds": self.promoted_after_seconds,
             "paused": self.paused,
             "inconclusive_streaks": dict(self.inconclusive_streaks),
+            "no_data_since": {k: _iso(v) for k, v in self.no_data_since.items()},
             "last_seen": {k: _iso(v) for k, v in self.last_seen.items()},
+            "extended": self.extended,
+            "short_since": _iso(self.short_since),
             "rollback": None
             if self.rollback is None
             else {
@@ -129,6 +143,7 @@ class Progress:
                 "gate": self.rollback.gate,
                 "phase": self.rollback.phase,
                 "owed": list(self.rollback.owed),
+                "kind": self.rollback.kind,
             },
             "desired": None
             if self.desired is None
@@ -157,7 +172,10 @@ class Progress:
             promoted_after_seconds=float(data.get("promoted_after_seconds", 0.0)),
             paused=data.get("paused"),
             inconclusive_streaks=dict(data.get("inconclusive_streaks") or {}),
+            no_data_since={k: _req_dt(v) for k, v in (data.get("no_data_since") or {}).items()},
             last_seen={k: _req_dt(v) for k, v in (data.get("last_seen") or {}).items()},
+            extended=bool(data.get("extended", False)),
+            short_since=_dt(data.get("short_since")),
             rollback=None
             if not rollback
             else RollbackFacts(
@@ -168,6 +186,7 @@ class Progress:
                 # weight phase; the machine moves it on from what the world shows.
                 phase=rollback.get("phase", "weight"),
                 owed=tuple(rollback.get("owed") or ()),
+                kind=rollback.get("kind"),
             ),
             desired=None
             if not desired

@@ -125,14 +125,22 @@ def problems_of(data: Mapping[str, Any]) -> tuple[Problem, ...]:
 # --- verdicts and commands ------------------------------------------------------------------
 
 
-def results(at: datetime, verdicts: Mapping[str, Verdict]) -> dict[str, GateResult]:
-    """Gate results for ``verdicts``, all evaluated at ``at``."""
-    return {gate: GateResult(verdict, at) for gate, verdict in verdicts.items()}
+# More samples than any plan in the tests asks a step for.
+PLENTY = 1_000_000
 
 
-def every_gate(plan: Plan, verdict: Verdict, at: datetime) -> dict[str, GateResult]:
+def results(
+    at: datetime, verdicts: Mapping[str, Verdict], *, samples: int | None = None
+) -> dict[str, GateResult]:
+    """Gate results for ``verdicts``, all evaluated at ``at`` (resting on ``samples``)."""
+    return {gate: GateResult(verdict, at, samples=samples) for gate, verdict in verdicts.items()}
+
+
+def every_gate(
+    plan: Plan, verdict: Verdict, at: datetime, *, samples: int | None = None
+) -> dict[str, GateResult]:
     """The same verdict for every gate the plan defines."""
-    return results(at, dict.fromkeys(plan.gates, verdict))
+    return results(at, dict.fromkeys(plan.gates, verdict), samples=samples)
 
 
 _command_ids = itertools.count(1)
@@ -217,8 +225,8 @@ class World:
                 self.in_flight.append((self.lag, action.weight))
 
     def passing(self) -> dict[str, GateResult]:
-        """Every gate of the plan passing, evaluated now."""
-        return every_gate(self.plan, Verdict.PASS, self.now)
+        """Every gate of the plan passing, evaluated now, on plenty of samples."""
+        return every_gate(self.plan, Verdict.PASS, self.now, samples=PLENTY)
 
     def happy_tick(self) -> Decision:
         """A tick with every gate passing, promoting when the rollout awaits promotion."""

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING
 import pytest
 import structlog
 import yaml
+from prometheus_client.parser import text_string_to_metric_families
 from pydantic import SecretStr
 
 from rolloutd.analysis.base import Measurement, MetricsSource, Pool
@@ -87,7 +88,10 @@ def running(store: StoreHandle) -> Iterator[tuple[Daemon, PerService]]:
     """A leading daemon in a thread, with fast rollouts of two services (one with slow metrics)."""
     fast = MemoryMetrics()
     fast.set("oom_events", "canary", 0)
-    drivers = PerService({"slow": SlowMetrics(3.0), "fast": fast})
+    idle = MemoryMetrics()
+    idle.set("oom_events", "canary", 0)
+    idle.set("queue_timeout_rate", "canary", 0.0, samples=10)
+    drivers = PerService({"slow": SlowMetrics(3.0), "fast": fast, "idle": idle})
     settings = Settings(database_url=SecretStr(store.url), lease_ttl_seconds=5)
     daemon = Daemon(settings, drivers=drivers, loop_seconds=0.1, health_port=0)
     thread = threading.Thread(target=daemon.run, daemon=True)
@@ -98,9 +102,9 @@ def running(store: StoreHandle) -> Iterator[tuple[Daemon, PerService]]:
     assert not thread.is_alive()
 
 
-def _start(store: StoreHandle, service: str) -> int:
+def _start(store: StoreHandle, service: str, plan: dict[str, object] | None = None) -> int:
     with store.sessions.begin() as session:
-        loaded = parse_plan(yaml.safe_dump(_plan(service)), f"{service}.yaml")
+        loaded = parse_plan(yaml.safe_dump(plan or _plan(service)), f"{service}.yaml")
         return start_rollout(session, loaded, actor="alice", now=datetime.now().astimezone())
 
 
@@ -166,3 +170,57 @@ def test_logs_are_json_lines_with_secrets_scrubbed(monkeypatch: pytest.MonkeyPat
     assert line["rollout"] == 7 and line["event"] == "cannot reach"
     assert "hunter2" not in stream.getvalue() and "s3cr3t" not in stream.getvalue()
     assert line["url"] == "postgresql://ops:***@db.internal/rolloutd"
+
+
+def _state(store: StoreHandle, rollout_id: int) -> str:
+    with store.sessions() as session:
+        return queries.get_rollout(session, rollout_id).state
+
+
+def test_an_idle_canary_is_extended_then_rolled_back_and_metrics_say_why(
+    store: StoreHandle, running: tuple[Daemon, PerService]
+) -> None:
+    """A canary seeing 10 of the 1000 samples its step needs: the daemon extends the 1 s bake,
+    rolls back when the extension runs out (the gate's rule), and /metrics counts one
+    extension and one rollback with cause no_data."""
+    daemon, _ = running
+    plan = _plan("idle")
+    plan["gates"] = {
+        "oom": {"kind": "events", "signal": "oom_events"},
+        "timeouts": {
+            "kind": "threshold",
+            "signal": "queue_timeout_rate",
+            "max": 0.01,
+            "on_no_data": "rollback",
+        },
+    }
+    plan["steps"] = [
+        {
+            "kind": "canary",
+            "weight": 5,
+            "bake": "1s",
+            "gates": ["timeouts"],
+            "min_samples": {"timeouts": 1000},
+            "max_extension": "1s",
+        },
+        {"kind": "full"},
+    ]
+    rollout = _start(store, "idle", plan)
+    _wait(lambda: _state(store, rollout) == "rolled_back", 20)
+    with store.sessions() as session:
+        kinds = [e.kind for e in queries.list_events(session, rollout)]
+    assert kinds.index("step_extended") < kinds.index("rollback_started")
+    assert "step_completed" not in kinds
+    assert daemon._health is not None
+    url = f"http://127.0.0.1:{daemon._health.port}/metrics"
+    with urllib.request.urlopen(url, timeout=5) as response:
+        text = response.read().decode()
+    samples = {
+        (s.name, s.labels.get("cause", "")): s.value
+        for family in text_string_to_metric_families(text)
+        for s in family.samples
+        if s.labels.get("rollout") == str(rollout)
+    }
+    assert samples[("rolloutd_rollbacks_total", "no_data")] == 1
+    assert samples[("rolloutd_rollbacks_total", "gate")] == 0
+    assert samples[("rolloutd_step_extensions_total", "")] == 1

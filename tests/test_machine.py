@@ -12,17 +12,20 @@ from datetime import timedelta
 
 import pytest
 
-from rolloutd.actions import Alert, CommandKind, GateResult, Observed, SetWeight, Verdict
-from rolloutd.machine import Decision, decide, refusal, state_of
+from rolloutd.actions import Alert, CommandKind, Event, GateResult, Observed, SetWeight, Verdict
+from rolloutd.machine import Decision, decide, refusal, rollback_kind, state_of
 from rolloutd.progress import Desired, Progress, RollbackFacts, State
 from tests.plans import (
+    PLENTY,
     REPO,
     T0,
     World,
     alert_topics,
     command,
     example_plan,
+    plan_of,
     results,
+    small_dict,
     small_plan,
     weights_set,
 )
@@ -751,8 +754,13 @@ def _busy_progress() -> Progress:
         promoted_after_seconds=600.0,
         paused="inconclusive",
         inconclusive_streaks={"queue_timeouts": 4, "canary_oom": 0},
+        no_data_since={"queue_timeouts": T0 + 3 * HOUR},
         last_seen={"queue_timeouts": T0 + 4 * HOUR},
-        rollback=RollbackFacts("gate canary_oom breached", T0 + 5 * HOUR, gate="canary_oom"),
+        extended=True,
+        short_since=T0 + 4 * HOUR,
+        rollback=RollbackFacts(
+            "gate canary_oom breached", T0 + 5 * HOUR, gate="canary_oom", kind="trigger"
+        ),
         ended="rolled_back",
         ended_at=T0 + 6 * HOUR,
     )
@@ -781,7 +789,7 @@ def _desired_key(decision: Decision) -> str:
 def test_a_latency_gate_starved_of_samples_after_the_bake_counts_as_inconclusive() -> None:
     """Pending latency (too few samples) during the bake only waits; once the bake is over,
     each new pending evaluation counts toward the inconclusive limit and then pauses."""
-    world = at_first_canary()
+    world = World(example_plan()).reach(2)  # canary 25%: where the example judges latency
     limit = world.plan.limits.max_inconclusive
     for _ in range(limit + 2):
         world.wait(MINUTE)
@@ -793,3 +801,347 @@ def test_a_latency_gate_starved_of_samples_after_the_bake_counts_as_inconclusive
         world.tick(step_gates(world, Verdict.PASS, e2e_latency_p95=Verdict.PENDING))
     assert world.progress.paused == "inconclusive"
     assert "inconclusive_limit" in alert_topics(world.actions)
+
+
+# --- missing data, per gate -----------------------------------------------------------------
+
+
+def small_world(on_inconclusive: str = "pause", **rules: object) -> World:
+    """The small plan (limit 3) at its shadow step, each gate in ``rules`` with that
+    ``on_no_data``."""
+    data = small_dict()
+    data["limits"]["on_inconclusive"] = on_inconclusive
+    for gate, rule in rules.items():
+        data["gates"][gate]["on_no_data"] = rule
+    return World(plan_of(data)).reach(0)
+
+
+def test_a_gate_that_holds_pauses_even_where_the_plan_rolls_back() -> None:
+    """``on_no_data: hold`` pauses past the limit under ``on_inconclusive: rollback``, and the
+    pause lifts when the data returns."""
+    world = small_world("rollback", healthy="hold")
+    inconclusive_ticks(world, 4)
+    assert (world.state, world.progress.paused) == (State.PAUSED, "inconclusive")
+    world.wait(MINUTE)
+    assert world.tick(results(world.now, {"healthy": Verdict.PASS})).state is State.RUNNING
+
+
+def test_a_gate_that_rolls_back_does_so_where_the_plan_holds() -> None:
+    """``on_no_data: rollback`` rolls back past the limit under ``on_inconclusive: pause``,
+    naming the gate, with the rollback classified as no_data."""
+    world = small_world(healthy="rollback")
+    inconclusive_ticks(world, 3)
+    assert world.state is State.RUNNING
+    inconclusive_ticks(world, 1)
+    rollback = world.progress.rollback
+    assert world.state is State.ROLLING_BACK and rollback is not None
+    assert (rollback.kind, rollback.gate) == ("no_data", "healthy")
+    assert "healthy: more than 3 inconclusive evaluations in a row" in rollback.cause
+
+
+def test_rollback_after_holds_then_rolls_back_once_the_gate_went_that_long_without_data() -> None:
+    """``rollback_after: 30m`` pauses at the limit, and rolls back 30 minutes (the pause
+    included) after the streak's first inconclusive evaluation, not before."""
+    world = small_world(healthy={"rollback_after": "30m"})
+    inconclusive_ticks(world, 1)
+    first = world.now
+    inconclusive_ticks(world, 3)
+    assert world.progress.paused == "inconclusive"
+    while world.now < first + timedelta(minutes=29):
+        inconclusive_ticks(world, 1)
+        assert world.state is State.PAUSED
+    inconclusive_ticks(world, 1)
+    assert world.now - first == timedelta(minutes=30)
+    rollback = world.progress.rollback
+    assert world.state is State.ROLLING_BACK and rollback is not None
+    assert rollback.kind == "no_data" and "without data for 30m" in rollback.cause
+
+
+def test_rollback_after_runs_out_with_no_evaluation_at_all() -> None:
+    """The clock is ``now``: a gate that stops being evaluated once paused still rolls back."""
+    world = small_world(healthy={"rollback_after": "30m"})
+    inconclusive_ticks(world, 4)
+    world.wait(timedelta(minutes=26))
+    assert world.tick().state is State.PAUSED
+    world.wait(MINUTE)
+    assert world.tick().state is State.ROLLING_BACK
+
+
+def test_a_conclusive_evaluation_restarts_the_rollback_after_clock() -> None:
+    """Data that comes back for a moment lifts the hold; the next streak counts from its own
+    first inconclusive evaluation."""
+    world = small_world(healthy={"rollback_after": "30m"})
+    inconclusive_ticks(world, 4)
+    world.wait(timedelta(minutes=20))
+    world.tick(results(world.now, {"healthy": Verdict.FAIL}))
+    assert world.state is State.RUNNING
+    inconclusive_ticks(world, 1)
+    second = world.now
+    inconclusive_ticks(world, 3)
+    world.wait(second + timedelta(minutes=29) - world.now)
+    assert world.tick().state is State.PAUSED
+    world.wait(MINUTE)
+    assert world.tick().state is State.ROLLING_BACK
+
+
+def test_an_operator_pause_keeps_missing_data_from_pausing_or_rolling_back() -> None:
+    """While an operator holds the rollout, a gate that rolls back on missing data does not."""
+    world = small_world(healthy="rollback")
+    world.tick(commands=[command("pause")])
+    inconclusive_ticks(world, 6)
+    assert (world.state, world.progress.paused) == (State.PAUSED, "operator")
+
+
+def test_a_gate_on_hold_and_one_on_rollback_after_hold_together_until_the_second_runs_out() -> None:
+    """Two gates without data: the rollout holds for both, and rolls back when the one with
+    ``rollback_after`` runs out, naming it."""
+    world = small_world(healthy="hold", crash={"rollback_after": "1h"})
+    for _ in range(4):
+        world.wait(MINUTE)
+        world.tick(results(world.now, dict.fromkeys(("healthy", "crash"), Verdict.INCONCLUSIVE)))
+    assert world.state is State.PAUSED
+    world.wait(timedelta(minutes=57))
+    world.tick()
+    rollback = world.progress.rollback
+    assert rollback is not None and (rollback.gate, rollback.kind) == ("crash", "no_data")
+
+
+def sampled_world(
+    min_samples: dict[str, int] | None = None, max_extension: str | None = None, **rules: object
+) -> World:
+    """The small plan at its canary step (10%, bake 2h, deadline 6h), asking ``min_samples``
+    of its gates (default: 500 of ``fast``), gates in ``rules`` with that ``on_no_data``."""
+    data = small_dict()
+    step = data["steps"][2]
+    step["min_samples"] = min_samples or {"fast": 500}
+    if max_extension is not None:
+        step["max_extension"] = max_extension
+    for gate, rule in rules.items():
+        data["gates"][gate]["on_no_data"] = rule
+    return World(plan_of(data)).reach(2)
+
+
+def sampled(
+    world: World, fast: int | None, verdict: Verdict = Verdict.PASS
+) -> dict[str, GateResult]:
+    """The canary step's gates passing now, ``fast`` (with ``verdict``) on ``fast`` samples."""
+    return {
+        "healthy": GateResult(Verdict.PASS, world.now, samples=PLENTY),
+        "fast": GateResult(verdict, world.now, samples=fast),
+    }
+
+
+def events_of(world: World, kind: str) -> list[Event]:
+    """Every event of ``kind`` the world's decisions made, in order."""
+    return [e for d in world.decisions for e in d.events if e.kind == kind]
+
+
+def test_a_step_short_of_samples_when_its_bake_ends_is_extended_once_then_completes() -> None:
+    """At the end of the bake with 120 of 500 samples the step is extended (one event, one
+    warning), and completes as soon as the samples are there."""
+    world = sampled_world()
+    world.wait(timedelta(hours=2))
+    decision = world.tick(sampled(world, 120))
+    assert (decision.state, decision.progress.step_index) == (State.RUNNING, 2)
+    (extended,) = [e for e in decision.events if e.kind == "step_extended"]
+    assert extended.data["gates"] == {"fast": {"samples": 120, "needed": 500}}
+    assert "extended by up to 2h" in extended.detail
+    (alert,) = [a for a in decision.actions if isinstance(a, Alert)]
+    assert (alert.topic, alert.severity) == ("step_extended", "warning")
+    for _ in range(3):
+        world.wait(timedelta(minutes=10))
+        world.tick(sampled(world, 480))
+    assert len(events_of(world, "step_extended")) == 1
+    world.wait(timedelta(minutes=10))
+    assert world.tick(sampled(world, 500)).progress.step_index == 3
+
+
+def test_a_step_with_enough_samples_at_the_end_of_its_bake_is_not_extended() -> None:
+    """500 of 500 samples at the end of the bake: the step completes, no extension."""
+    world = sampled_world()
+    world.wait(timedelta(hours=2))
+    assert world.tick(sampled(world, 500)).progress.step_index == 3
+    assert events_of(world, "step_extended") == []
+
+
+@pytest.mark.parametrize("samples", [None, 0], ids=["uncounted", "zero"])
+def test_an_idle_endpoint_never_passes_a_step_that_counts_samples(samples: int | None) -> None:
+    """Passing verdicts on no traffic for a month: the step is extended, then held, never
+    completed."""
+    world = sampled_world()
+    for _ in range(30):
+        world.wait(timedelta(days=1))
+        decision = world.tick(sampled(world, samples))
+        assert decision.progress.step_index == 2
+    assert world.progress.paused == "inconclusive"
+    assert [e.kind for e in events_of(world, "step_extended")] == ["step_extended"]
+
+
+def test_a_pass_from_before_the_step_was_reached_counts_no_samples() -> None:
+    """Samples behind an evaluation older than the step's verification do not count."""
+    world = sampled_world()
+    verified = world.progress.step_verified_at
+    assert verified is not None
+    world.wait(timedelta(hours=2))
+    stale = sampled(world, PLENTY)
+    stale["fast"] = GateResult(Verdict.PASS, verified - MINUTE, samples=PLENTY)
+    assert world.tick(stale).progress.step_index == 2
+
+
+def test_a_step_still_short_after_its_extension_holds_and_resumes_when_samples_arrive() -> None:
+    """Extension 1h: at 3h of bake still short, the rollout pauses (the bake clock stops) with
+    a warning; the samples arriving days later lift the pause and complete the step."""
+    world = sampled_world(max_extension="1h")
+    world.wait(timedelta(hours=2))
+    world.tick(sampled(world, 120))
+    world.wait(timedelta(minutes=59))
+    assert world.tick(sampled(world, 300)).state is State.RUNNING
+    world.wait(MINUTE)
+    decision = world.tick(sampled(world, 300))
+    assert (decision.state, decision.progress.paused) == (State.PAUSED, "inconclusive")
+    (paused,) = [e for e in decision.events if e.kind == "paused"]
+    assert paused.data == {"cause": "no_data", "gates": ["fast"]}
+    assert "fast: 300 samples of the 500 the step needs" in paused.detail
+    assert "inconclusive_limit" in alert_topics(decision.actions)
+    world.wait(timedelta(days=3))
+    assert world.tick(sampled(world, 499)).state is State.PAUSED
+    assert world.progress.baked(world.now) == timedelta(hours=3)
+    world.wait(MINUTE)
+    decision = world.tick(sampled(world, 500))
+    assert (decision.state, decision.progress.step_index) == (State.RUNNING, 3)
+
+
+def test_a_step_still_short_after_its_extension_rolls_back_when_its_gate_says_so() -> None:
+    """``on_no_data: rollback`` on the short gate: at the end of the extension, roll back."""
+    world = sampled_world(max_extension="1h", fast="rollback")
+    world.wait(timedelta(hours=2))
+    world.tick(sampled(world, 120))
+    world.wait(timedelta(hours=1))
+    rollback = world.tick(sampled(world, 120)).progress.rollback
+    assert rollback is not None and (rollback.kind, rollback.gate) == ("no_data", "fast")
+    assert "fast: 120 samples of the 500 the step needs" in rollback.cause
+
+
+def test_rollback_after_on_short_samples_counts_from_the_end_of_the_extension() -> None:
+    """``rollback_after: 2h`` on the short gate: held from the end of the extension (3h of
+    bake) and rolled back two hours later (the hold included)."""
+    world = sampled_world(max_extension="1h", fast={"rollback_after": "2h"})
+    world.wait(timedelta(hours=2))
+    world.tick(sampled(world, 120))
+    world.wait(timedelta(hours=1))
+    assert world.tick(sampled(world, 120)).state is State.PAUSED
+    world.wait(timedelta(hours=2) - MINUTE)
+    assert world.tick(sampled(world, 120)).state is State.PAUSED
+    world.wait(MINUTE)
+    assert world.tick(sampled(world, 120)).state is State.ROLLING_BACK
+
+
+def test_the_extension_defaults_to_the_bake() -> None:
+    """Without ``max_extension`` a 2h bake waits up to 2h more for samples."""
+    world = sampled_world()
+    world.wait(timedelta(hours=4) - MINUTE)
+    assert world.tick(sampled(world, 120)).state is State.RUNNING
+    world.wait(MINUTE)
+    assert world.tick(sampled(world, 120)).state is State.PAUSED
+
+
+def test_a_promoted_step_still_needs_its_samples() -> None:
+    """Promoting ends the bake but not the need for samples: the step is extended from there."""
+    world = sampled_world()
+    world.wait(timedelta(minutes=30))
+    decision = world.tick(sampled(world, 120), [command("promote")])
+    assert decision.progress.step_index == 2
+    assert "step_extended" in [e.kind for e in decision.events]
+    world.wait(MINUTE)
+    assert world.tick(sampled(world, 500)).progress.step_index == 3
+
+
+def test_the_progress_deadline_of_an_extended_step_runs_from_the_end_of_its_extension() -> None:
+    """Bake 2h, extension 1h, deadline 6h: a gate that fails after the samples came rolls the
+    step back once 9h of bake have passed, not at 8h."""
+    world = sampled_world(max_extension="1h")
+    world.wait(timedelta(hours=2))
+    world.tick(sampled(world, 120))
+    world.wait(timedelta(hours=6, minutes=30))
+    assert world.tick(sampled(world, 600, Verdict.FAIL)).state is State.RUNNING
+    world.wait(timedelta(minutes=31))
+    rollback = world.tick(sampled(world, 600, Verdict.FAIL)).progress.rollback
+    assert rollback is not None and rollback.kind == "deadline"
+    assert "did not pass fast" in rollback.cause
+
+
+def test_a_latency_gate_the_step_counts_samples_for_is_not_starved_during_the_extension() -> None:
+    """A latency gate pending for want of samples after the bake counts as inconclusive only
+    once the step's extension for it ran out."""
+    world = sampled_world()
+    world.wait(timedelta(hours=2))
+    for _ in range(10):
+        world.wait(MINUTE)
+        world.tick(sampled(world, 100, Verdict.PENDING))
+    assert world.state is State.RUNNING
+    assert world.progress.inconclusive_streaks.get("fast", 0) == 0
+
+
+# --- what started a rollback ------------------------------------------------------------
+
+
+def _rolled_back_by(how: str) -> World:
+    """The example rollout at its first canary, rolled back by ``how``."""
+    world = at_first_canary()
+    world.wait(MINUTE)
+    if how == "abort":
+        world.tick(commands=[command("abort")])
+    elif how == "trigger":
+        world.tick(results(world.now, {"canary_oom": Verdict.BREACH}))
+    elif how == "gate":
+        world.tick(step_gates(world, Verdict.PASS, queue_timeouts=Verdict.BREACH))
+    elif how == "deadline":
+        world.wait(timedelta(hours=60, seconds=1))
+        world.tick(step_gates(world, Verdict.PASS, queue_timeouts=Verdict.FAIL))
+    return world
+
+
+@pytest.mark.parametrize("kind", ["abort", "trigger", "gate", "deadline"])
+def test_every_rollback_records_what_started_it(kind: str) -> None:
+    """The rollback facts and the rollback_started event both carry the kind of cause."""
+    world = _rolled_back_by(kind)
+    rollback = world.progress.rollback
+    assert rollback is not None and rollback.kind == kind
+    (started,) = events_of(world, "rollback_started")
+    assert started.data["cause"] == kind
+    assert rollback_kind(world.plan, rollback) == kind
+
+
+@pytest.mark.parametrize(
+    ("facts", "kind"),
+    [
+        (RollbackFacts("aborted by alice: tool args look wrong", T0), "abort"),
+        (RollbackFacts("gate canary_oom breached", T0, gate="canary_oom"), "trigger"),
+        (RollbackFacts("gate queue_timeouts breached", T0, gate="queue_timeouts"), "gate"),
+        (RollbackFacts("the router did not confirm 25% within 12h", T0), "deadline"),
+        (
+            RollbackFacts("canary 5% did not pass queue_timeouts within 12h after its bake", T0),
+            "deadline",
+        ),
+        (RollbackFacts("healthy: more than 3 inconclusive evaluations in a row", T0), "no_data"),
+    ],
+)
+def test_a_rollback_stored_before_it_was_classified_is_classified_by_its_cause(
+    facts: RollbackFacts, kind: str
+) -> None:
+    """Progress written without the rollback's kind loads, and its kind is read from the cause."""
+    stored = replace(_busy_progress(), rollback=facts).for_storage()
+    assert stored["rollback"] is not None
+    del stored["rollback"]["kind"]
+    loaded = Progress.from_storage(stored).rollback
+    assert loaded == facts and loaded.kind is None
+    assert rollback_kind(example_plan(), loaded) == kind
+
+
+def test_progress_stored_before_missing_data_was_per_gate_loads() -> None:
+    """Progress without the no-data facts loads with none of them."""
+    stored = _busy_progress().for_storage()
+    for key in ("no_data_since", "extended", "short_since"):
+        del stored[key]
+    loaded = Progress.from_storage(stored)
+    assert (loaded.no_data_since, loaded.extended, loaded.short_since) == ({}, False, None)

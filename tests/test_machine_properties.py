@@ -23,12 +23,35 @@ from rolloutd.actions import Command, CommandKind, GateResult, SetWeight, Verdic
 from rolloutd.machine import Decision, state_of
 from rolloutd.plan import Plan
 from rolloutd.progress import Progress, State
-from tests.plans import World, command, every_gate, example_plan, results, small_plan
+from tests.plans import (
+    PLENTY,
+    World,
+    command,
+    every_gate,
+    example_plan,
+    plan_of,
+    results,
+    small_dict,
+    small_plan,
+)
+
+
+def _sampled_plan() -> Plan:
+    """The small plan whose canary step counts samples, with a rule of each kind for missing
+    data: hold, rollback, and rollback after a while."""
+    data = small_dict()
+    data["steps"][2].update(min_samples={"fast": 500, "healthy": 200}, max_extension="1h")
+    data["gates"]["healthy"]["on_no_data"] = "hold"
+    data["gates"]["fast"]["on_no_data"] = {"rollback_after": "2h"}
+    data["gates"]["crash"]["on_no_data"] = "rollback"
+    return plan_of(data)
+
 
 PLANS = {
     "example": example_plan(),
     "small": small_plan(),
     "small-rollback-on-inconclusive": small_plan(max_inconclusive=2, on_inconclusive="rollback"),
+    "small-min-samples": _sampled_plan(),
 }
 MAX_GATES = max(len(plan.gates) for plan in PLANS.values())
 NO_DATA = (Verdict.INCONCLUSIVE, Verdict.PENDING)
@@ -45,7 +68,8 @@ ADVANCES = [
     timedelta(seconds=n)
     for n in (1, 5, 30, 299, 1800, 3599, 3600, 6 * 3600, 12 * 3600, 86400, 2 * 86400 - 1, 4 * 86400)
 ]
-# One byte per gate: the low 4 bits pick the verdict, bits 4-5 (both set) make it a day old.
+# One byte per gate: the low 4 bits pick the verdict, bits 4-5 (both set) make it a day old,
+# bits 6-7 the samples it rests on.
 _CODES: list[Verdict | None] = [
     *[Verdict.PASS] * 8,
     *[Verdict.FAIL] * 2,
@@ -54,6 +78,7 @@ _CODES: list[Verdict | None] = [
     Verdict.PENDING,
     None,  # no evaluation of the gate at all
 ]
+_SAMPLES: list[int | None] = [PLENTY, PLENTY, None, 300]
 # One byte per command slot, two slots a tick: mostly empty, aborts rare, so long runs happen.
 _SLOTS: list[tuple[CommandKind, bool] | None] = [
     *[None] * 104,
@@ -90,7 +115,7 @@ class Tick:
     def results(self, plan: Plan, now: datetime) -> dict[str, GateResult]:
         """The gate results this tick brings, evaluated now or a day ago."""
         if self.mood == "calm":
-            return every_gate(plan, Verdict.PASS, now)
+            return every_gate(plan, Verdict.PASS, now, samples=PLENTY)
         triggers = set(plan.rollback.triggers)
         out = {}
         for name, code in zip(sorted(plan.gates), self.codes, strict=False):
@@ -102,7 +127,7 @@ class Tick:
             elif (self.mood == "noisy") == (name in triggers):
                 verdict = Verdict.PASS  # noisy spares the triggers, alarm the step gates
             if verdict is not None:
-                out[name] = GateResult(verdict, at)
+                out[name] = GateResult(verdict, at, samples=_SAMPLES[code >> 6])
         return out
 
     def operator_commands(self) -> list[Command]:
@@ -306,3 +331,24 @@ def test_steps_only_move_forward_and_are_reached_only_at_the_weight_the_router_r
             assert world.router_weight == run.plan.step_weight(after.step_index)
         assert played.decision.state in set(State)
         assert played.decision.state is state_of(run.plan, after)
+
+
+@RUNS
+@given(runs)
+def test_no_step_completes_while_a_gate_is_short_of_its_min_samples(run: Run) -> None:
+    """A step that asks its gates for ``min_samples`` completes (by its bake or a promotion)
+    only on evaluations made since it was reached that rest on at least that many; only
+    ``promote --full`` skips it."""
+    for played in play(World(run.plan, lag=run.lag), run):
+        before, after = played.before, played.decision.progress
+        left = after.step_index != before.step_index or (
+            after.ended == "completed" and before.ended is None
+        )
+        skipped = any(c.kind == "promote" and c.full for c in played.commands)
+        if not left or skipped:
+            continue
+        for gate, needed in run.plan.steps[before.step_index].min_samples.items():
+            result = played.verdicts[gate]
+            assert before.step_verified_at is not None
+            assert result.evaluated_at >= before.step_verified_at
+            assert (result.samples or 0) >= needed

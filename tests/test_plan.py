@@ -22,6 +22,7 @@ from rolloutd.plan import (
     EventsGate,
     FullStep,
     PauseStep,
+    RollbackAfter,
     ShadowStep,
     SteadyStep,
     SuiteGate,
@@ -370,6 +371,48 @@ BAD_FIELDS = [
         "must be longer than 0s",
         id="trigger-interval-zero",
     ),
+    pytest.param(
+        _set("gates", "queue_timeouts", "on_no_data", value="sometimes"),
+        "gates.queue_timeouts.on_no_data",
+        "expected 'hold', 'rollback' or {rollback_after: DURATION}",
+        id="on-no-data-unknown",
+    ),
+    pytest.param(
+        _set("gates", "queue_timeouts", "on_no_data", value={"rollback_after": "0s"}),
+        "gates.queue_timeouts.on_no_data",
+        "longer than 0s",
+        id="rollback-after-zero",
+    ),
+    pytest.param(
+        _set("gates", "queue_timeouts", "on_no_data", value={"rollback_after": "soon"}),
+        "gates.queue_timeouts.on_no_data",
+        "got 'soon'",
+        id="rollback-after-unparsable",
+    ),
+    pytest.param(
+        _set("steps", 1, "min_samples", value={"canary_oom": 5}),
+        "steps[1].min_samples.canary_oom",
+        "'canary_oom' is not one of this step's gates",
+        id="min-samples-of-another-gate",
+    ),
+    pytest.param(
+        _set("steps", 1, "min_samples", value={"queue_timeouts": 0}),
+        "steps[1].min_samples.queue_timeouts",
+        "greater than or equal to 1",
+        id="min-samples-zero",
+    ),
+    pytest.param(
+        _set("steps", 3, "min_samples", value={"queue_timeouts": 500}),
+        "steps[3].min_samples",
+        "a pause step judges no gates",
+        id="min-samples-on-a-pause",
+    ),
+    pytest.param(
+        _set("steps", 1, "max_extension", value="a while"),
+        "steps[1].max_extension",
+        "got 'a while'",
+        id="max-extension-unparsable",
+    ),
 ]
 
 
@@ -633,17 +676,14 @@ def test_an_alias_bomb_is_refused_quickly() -> None:
 
 
 def test_aliases_of_modest_size_are_allowed() -> None:
-    """Anchors that repeat a gate list are a normal YAML convenience and still load."""
+    """Anchors that repeat a value (the canary steps' bake) are a normal YAML convenience
+    and still load."""
     text = EXAMPLE_PATH.read_text()
-    gates = (
-        "[e2e_latency_p95, queue_timeouts, tool_args_exactness, schema_violations,\n"
-        "            escalations_not_rising]"
-    )
-    assert text.count(gates) == 2
-    text = text.replace(f"gates: {gates}", f"gates: &canary_gates {gates}", 1)
-    text = text.replace(f"gates: {gates}", "gates: *canary_gates", 1)
+    assert text.count("bake: 48h\n") == 2
+    text = text.replace("bake: 48h\n", "bake: &canary_bake 48h\n", 1)
+    text = text.replace("bake: 48h\n", "bake: *canary_bake\n", 1)
     loaded = parse_plan(text, SOURCE)
-    assert loaded.plan.steps[2].gates == loaded.plan.steps[1].gates
+    assert loaded.plan.steps[2].hold_for() == loaded.plan.steps[1].hold_for()
     assert loaded.content_hash == load_plan(EXAMPLE_PATH).content_hash
 
 
@@ -756,3 +796,59 @@ def test_a_capacity_gate_needs_its_two_signals_in_the_template_file(tmp_path: Pa
     messages = [p.message for p in problems_of(data)]
     assert any("'sequence_tokens_p99' (a quantile)" in m and "as a gauge" in m for m in messages)
     assert any("'kv_cache_usage' (a gauge)" in m and "does not define" in m for m in messages)
+
+
+# --- missing data -----------------------------------------------------------------------------
+
+
+def test_a_gate_without_on_no_data_follows_the_plan_limit() -> None:
+    """``on_inconclusive: pause`` makes every gate hold, ``rollback`` roll back, unless the
+    gate names its own rule."""
+    data = small_dict()
+    data["gates"]["fast"]["on_no_data"] = {"rollback_after": "30m"}
+    data["gates"]["crash"]["on_no_data"] = "rollback"
+    holding = plan_of(data)
+    data["limits"]["on_inconclusive"] = "rollback"
+    rolling = plan_of(data)
+    assert holding.gates["healthy"].no_data(holding.limits) == "hold"
+    assert rolling.gates["healthy"].no_data(rolling.limits) == "rollback"
+    for plan in (holding, rolling):
+        assert plan.gates["crash"].no_data(plan.limits) == "rollback"
+        assert plan.gates["fast"].no_data(plan.limits) == RollbackAfter(
+            rollback_after=timedelta(minutes=30)
+        )
+
+
+def test_a_step_waits_for_samples_up_to_its_bake_unless_it_says_otherwise() -> None:
+    """``max_extension`` defaults to the step's bake; a step may set its own."""
+    data = small_dict()
+    data["steps"][2]["min_samples"] = {"fast": 500, "healthy": 2000}
+    plan = plan_of(data)
+    assert plan.steps[2].min_samples == {"fast": 500, "healthy": 2000}
+    assert plan.steps[2].extension() == timedelta(hours=2)
+    data["steps"][2]["max_extension"] = "30m"
+    assert plan_of(data).steps[2].extension() == timedelta(minutes=30)
+
+
+def test_an_events_gate_cannot_be_asked_for_samples() -> None:
+    """An events gate counts OOMs, not samples: a step may not wait for its samples."""
+    data = small_dict()
+    data["steps"][2]["gates"].append("crash")
+    data["steps"][2]["min_samples"] = {"crash": 10}
+    (problem,) = problems_of(data)
+    assert problem.field == "steps[2].min_samples.crash"
+    assert "counts events, not samples" in problem.message
+
+
+def test_on_no_data_and_min_samples_survive_a_dump_and_reload() -> None:
+    """A plan with every spelling of ``on_no_data`` and a step's ``min_samples`` dumps as JSON
+    and loads again with the same hash."""
+    data = small_dict()
+    data["gates"]["healthy"]["on_no_data"] = "hold"
+    data["gates"]["crash"]["on_no_data"] = "rollback"
+    data["gates"]["fast"]["on_no_data"] = {"rollback_after": "1h30m"}
+    data["steps"][2].update(min_samples={"fast": 500}, max_extension="1h")
+    loaded = parse_plan(to_yaml(data))
+    again = parse_plan(json.dumps(loaded.plan.model_dump(mode="json")))
+    assert again.plan == loaded.plan
+    assert again.content_hash == loaded.content_hash

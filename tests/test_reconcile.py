@@ -5,19 +5,23 @@ Time is a fake clock, so 48 h bakes take microseconds; the lease is a real row.
 
 from __future__ import annotations
 
+import copy
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
 import pytest
 import yaml
+from prometheus_client.parser import text_string_to_metric_families
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from rolloutd.actions import CommandKind
 from rolloutd.analysis.sources import MemoryMetrics
 from rolloutd.errors import PermanentError, TemporaryError
+from rolloutd.metrics import DaemonMetrics
 from rolloutd.operations import start_rollout, submit_command
 from rolloutd.planfile import parse_plan
+from rolloutd.progress import Progress
 from rolloutd.reconcile import STUCK_AFTER_ATTEMPTS, NotLeading, Reconciler
 from rolloutd.routers.base import MemoryRouter, Router, RouterState
 from rolloutd.store import lease, queries
@@ -362,3 +366,174 @@ def test_a_command_that_arrives_during_a_tick_is_handled_after_it_was_made(
     (started,) = [e for e in events if e.kind == "rollback_started"]
     assert started.at >= made_at
     assert command.handled_at is not None and command.handled_at >= made_at
+
+
+# --- missing data, per gate ------------------------------------------------------------------
+
+
+def _plan_with(
+    on_no_data: object = None,
+    *,
+    on_inconclusive: str = "pause",
+    min_samples: int | None = None,
+    max_extension: str | None = None,
+) -> dict[str, Any]:
+    """PLAN (limit 2) with the timeouts gate's ``on_no_data`` and the first step's
+    ``min_samples`` for it (the gate itself needs 100 to judge at all)."""
+    plan = copy.deepcopy(PLAN)
+    plan["limits"]["on_inconclusive"] = on_inconclusive
+    if on_no_data is not None:
+        plan["gates"]["timeouts"]["on_no_data"] = on_no_data
+    first = plan["steps"][0]
+    if min_samples is not None:
+        first["min_samples"] = {"timeouts": min_samples}
+    if max_extension is not None:
+        first["max_extension"] = max_extension
+    return plan
+
+
+def _started(h: Harness) -> None:
+    """Start the rollout and verify 5% on the router."""
+    h.tick()
+    h.tick(seconds=5)
+
+
+def _progress(h: Harness) -> Progress:
+    with h.store.sessions() as session:
+        return Progress.from_storage(queries.get_rollout(session, h.rollout_id).progress)
+
+
+def _events(h: Harness, kind: str) -> list[Any]:
+    with h.store.sessions() as session:
+        return [e for e in queries.list_events(session, h.rollout_id) if e.kind == kind]
+
+
+def _alert_topics(h: Harness) -> list[str]:
+    with h.store.sessions() as session:
+        rows = _actions(session, h.rollout_id)
+    return [a.payload["topic"] for a in rows if a.kind == "alert"]
+
+
+def _cause_metrics(h: Harness) -> dict[tuple[str, str], float]:
+    """(family, cause) -> value of the rollout's rollbacks, holds and extensions on /metrics."""
+    metrics = DaemonMetrics(h.store.sessions, instance="a", wall=h.clock, leading=lambda: 1)
+    body, _ = metrics.exposition()
+    names = {"rolloutd_rollbacks_total", "rolloutd_holds_total", "rolloutd_step_extensions_total"}
+    return {
+        (s.name, s.labels.get("cause", "")): s.value
+        for family in text_string_to_metric_families(body.decode())
+        for s in family.samples
+        if s.name in names and s.labels.get("rollout") == str(h.rollout_id)
+    }
+
+
+def test_a_gate_that_holds_pauses_where_the_plan_rolls_back_and_resumes_on_data(
+    store: StoreHandle,
+) -> None:
+    """``on_no_data: hold`` under ``on_inconclusive: rollback``: a metrics outage pauses the
+    rollout, counted as a no_data hold; data coming back resumes it."""
+    h = Harness(store, plan=_plan_with("hold", on_inconclusive="rollback"))
+    _started(h)
+    h.metrics.fail("queue_timeout_rate", "canary", "prometheus: connection refused")
+    assert [h.tick(seconds=30) for _ in range(3)][-1] == "paused"
+    (paused,) = _events(h, "paused")
+    assert paused.data == {"cause": "no_data", "gates": ["timeouts"]}
+    h.metrics.set("queue_timeout_rate", "canary", 0.002, samples=500)
+    assert h.tick(seconds=30) == "running"
+    counted = _cause_metrics(h)
+    assert counted[("rolloutd_holds_total", "no_data")] == 1
+    assert counted[("rolloutd_holds_total", "operator")] == 0
+    assert sum(v for (name, _), v in counted.items() if name == "rolloutd_rollbacks_total") == 0
+
+
+def test_a_gate_that_rolls_back_on_missing_data_ends_rolled_back_as_no_data(
+    store: StoreHandle,
+) -> None:
+    """``on_no_data: rollback``: past the limit the rollback starts, the router goes to 0, and
+    /metrics counts one rollback with cause no_data."""
+    h = Harness(store, plan=_plan_with("rollback"))
+    _started(h)
+    h.metrics.fail("queue_timeout_rate", "canary", "prometheus: connection refused")
+    assert [h.tick(seconds=30) for _ in range(3)][-1] == "rolling_back"
+    assert h.router.read_weight().weight == 0
+    rollback = _progress(h).rollback
+    assert rollback is not None and (rollback.kind, rollback.gate) == ("no_data", "timeouts")
+    (started,) = _events(h, "rollback_started")
+    assert started.data["cause"] == "no_data"
+    assert h.tick(seconds=5) == "rolled_back"
+    counted = _cause_metrics(h)
+    assert counted[("rolloutd_rollbacks_total", "no_data")] == 1
+    for cause in ("gate", "trigger", "abort", "deadline"):
+        assert counted[("rolloutd_rollbacks_total", cause)] == 0
+
+
+def test_rollback_after_holds_then_rolls_back_once_the_gate_went_that_long_without_data(
+    store: StoreHandle,
+) -> None:
+    """``rollback_after: 5m``: paused at the limit, still paused 4.5 minutes after the first
+    failed evaluation, rolled back at 5."""
+    h = Harness(store, plan=_plan_with({"rollback_after": "5m"}))
+    _started(h)
+    h.metrics.fail("queue_timeout_rate", "canary", "prometheus: connection refused")
+    first = h.clock() + timedelta(seconds=30)
+    states = [h.tick(seconds=30) for _ in range(9)]
+    assert states[2:] == ["paused"] * 7
+    assert h.clock() - first == timedelta(minutes=4)
+    assert h.tick(seconds=30) == "paused"
+    assert h.tick(seconds=30) == "rolling_back"
+    rollback = _progress(h).rollback
+    assert rollback is not None and rollback.kind == "no_data"
+    assert "without data for 5m" in rollback.cause
+
+
+def test_a_step_short_of_samples_is_extended_with_an_event_and_an_alert_then_completes(
+    store: StoreHandle,
+) -> None:
+    """500 of the 1000 samples the first step asks for when its 48h bake ends: the bake is
+    extended (an event, an alert, one extension on /metrics); 1500 samples complete it."""
+    h = Harness(store, plan=_plan_with(min_samples=1000, max_extension="12h"))
+    _started(h)
+    assert h.tick(hours=48) == "running"
+    assert h.router.read_weight().weight == 5
+    (extended,) = _events(h, "step_extended")
+    assert extended.data["gates"] == {"timeouts": {"samples": 500, "needed": 1000}}
+    assert "step_extended" in _alert_topics(h)
+    assert _cause_metrics(h)[("rolloutd_step_extensions_total", "")] == 1
+    h.tick(hours=1)
+    assert len(_events(h, "step_extended")) == 1
+    h.metrics.set("queue_timeout_rate", "canary", 0.002, samples=1500)
+    h.tick(seconds=30)
+    assert h.router.read_weight().weight == 25
+    assert "step_completed" in h.events()
+
+
+def test_a_step_still_short_after_its_extension_holds_until_the_samples_arrive(
+    store: StoreHandle,
+) -> None:
+    """Extension 1h, default rule (hold): still short after it, the rollout pauses and stays
+    at 5%; the samples arriving resume it and complete the step."""
+    h = Harness(store, plan=_plan_with(min_samples=1000, max_extension="1h"))
+    _started(h)
+    assert h.tick(hours=48) == "running"
+    assert h.tick(hours=1) == "paused"
+    assert h.tick(hours=24) == "paused"
+    assert h.router.read_weight().weight == 5
+    h.metrics.set("queue_timeout_rate", "canary", 0.002, samples=1500)
+    assert h.tick(seconds=30) == "running"
+    assert h.router.read_weight().weight == 25
+    assert h.events().index("resumed") < h.events().index("step_completed")
+
+
+def test_a_step_still_short_after_its_extension_rolls_back_when_its_gate_says_so(
+    store: StoreHandle,
+) -> None:
+    """Extension 1h, ``on_no_data: rollback``: an endpoint too idle to fill the sample count
+    rolls back at the end of the extension; it never reaches 25%."""
+    h = Harness(store, plan=_plan_with("rollback", min_samples=1000, max_extension="1h"))
+    _started(h)
+    h.tick(hours=48)
+    assert h.tick(hours=1) == "rolling_back"
+    assert h.tick(seconds=5) == "rolled_back"
+    assert max(s.weight for s in h.router.history) == 5
+    rollback = _progress(h).rollback
+    assert rollback is not None and "500 samples of the 1000 the step needs" in rollback.cause

@@ -76,6 +76,7 @@ def _result(row: Any) -> GateResult:
         reason=row.reason or "",
         value=row.value,
         threshold=row.threshold,
+        samples=row.samples,
     )
 
 

@@ -121,6 +121,71 @@ def test_the_rules_fire_when_nobody_leads_and_when_the_outbox_is_stuck(tmp_path:
     assert result.returncode == 0, result.stdout + result.stderr
 
 
+def test_a_rollback_for_missing_data_fires_its_own_alert(tmp_path: Path) -> None:
+    """promtool's rule unit test: a rollback counted with cause no_data fires the warning for
+    its rollout; a rollback for a breached gate does not."""
+    labels = 'rollout="7",service="atlas-70b",environment="production"'
+    tests = {
+        "rule_files": [str(RULES)],
+        "evaluation_interval": "15s",
+        "tests": [
+            {
+                "interval": "15s",
+                "input_series": [
+                    {
+                        "series": f'rolloutd_rollbacks_total{{cause="no_data",{labels}}}',
+                        "values": "0x8 1x20",
+                    },
+                    {
+                        "series": f'rolloutd_rollbacks_total{{cause="gate",{labels}}}',
+                        "values": "0x28",
+                    },
+                    {
+                        "series": 'rolloutd_rollbacks_total{cause="gate",rollout="8",'
+                        'service="atlas-70b",environment="staging"}',
+                        "values": "0x8 1x20",
+                    },
+                ],
+                "alert_rule_test": [
+                    {
+                        "eval_time": "1m",
+                        "alertname": "RolloutdRolledBackForMissingData",
+                        "exp_alerts": [],
+                    },
+                    {
+                        "eval_time": "3m",
+                        "alertname": "RolloutdRolledBackForMissingData",
+                        "exp_alerts": [
+                            {
+                                "exp_labels": {
+                                    "severity": "warning",
+                                    "rollout": "7",
+                                    "service": "atlas-70b",
+                                    "environment": "production",
+                                },
+                                "exp_annotations": {
+                                    "summary": "atlas-70b (production): rollout 7 rolled back "
+                                    "for missing data",
+                                    "description": _description("RolloutdRolledBackForMissingData"),
+                                },
+                            }
+                        ],
+                    },
+                ],
+            }
+        ],
+    }
+    path = tmp_path / "rules_test.yml"
+    path.write_text(yaml.safe_dump(tests))
+    result = subprocess.run(
+        [find_binary("promtool"), "test", "rules", str(path)],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
 def test_rules_and_dashboard_name_only_metrics_rolloutd_exports(store: StoreHandle) -> None:
     """Every rolloutd_* name in the rules and the dashboard is served by /metrics."""
     exported = _exported(store)
