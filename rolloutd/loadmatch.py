@@ -83,8 +83,16 @@ def resolution(gate: LatencyGate, known: BucketEdges | None) -> str:
             f"{where.capitalize()} stop at {max(bounds):g}s, below the {target:g}s target: "
             "the gate can never show the canary slower than it"
         )
+    if not any(b > target for b in bounds):
+        # A p95 past the last finite edge is a measurement error (the histogram cannot tell
+        # how far past it lies), so a target on that edge is never shown exceeded.
+        return (
+            f"{where.capitalize()} stop at the {target:g}s target: a p95 above it lies past "
+            "the last edge, which reads as a measurement error, so the gate can never show "
+            "the canary slower than it"
+        )
     lower = max((b for b in bounds if b <= target), default=0.0)
-    upper = min((b for b in bounds if b > target), default=at_or_above[0])
+    upper = min(b for b in bounds if b > target)
     text = (
         f"At its {target:g}s target {where} have edges at {lower:g}s and {upper:g}s: p95s "
         f"are told apart there in steps of {upper - lower:g}s ({(upper - lower) / target:.0%})"
