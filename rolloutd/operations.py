@@ -234,6 +234,9 @@ def _gate_views(session: Session, rollout: Rollout, plan: Plan, index: int) -> l
                 "reason": evaluation.reason if evaluation else None,
                 "evaluated_at": _iso(evaluation.evaluated_at) if evaluation else None,
                 "load": (evaluation.evidence or {}).get("load") if evaluation else None,
+                "resolution": (
+                    (evaluation.evidence or {}).get("resolution") if evaluation else None
+                ),
             }
         )
     return views

@@ -86,7 +86,27 @@ def status(view: dict[str, Any]) -> None:
                 gate["reason"] or "",
             )
         console.print(table)
+        for gate in view["gates"]:
+            if isinstance(gate.get("resolution"), dict):
+                console.print(resolution_line(gate["name"], gate["resolution"]))
     console.print(f"updated {_short_time(view['updated_at'])}")
+
+
+def resolution_line(gate: str, resolution: dict[str, Any]) -> str:
+    """What p95 shift a latency gate's histogram can show at its target."""
+    target, lower = resolution.get("target_seconds"), resolution.get("lower_edge")
+    upper = resolution.get("upper_edge")
+    if not isinstance(target, int | float) or not isinstance(lower, int | float):
+        return f"{gate}: bucket resolution unknown"
+    if not isinstance(upper, int | float):
+        return (
+            f"{gate}: the histogram stops at {lower:g}s, at or below the {target:g}s target: "
+            "the p95 bound cannot show the canary slower than it"
+        )
+    return (
+        f"{gate}: p95 resolved at the {target:g}s target in steps of {upper - lower:g}s "
+        f"({(upper - lower) / target:.0%}, edges {lower:g}s and {upper:g}s)"
+    )
 
 
 def load_line(load: dict[str, Any]) -> str:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from rolloutd.render import load_line
+from rolloutd.render import load_line, resolution_line
 
 LOAD = {
     "canary": {"requests_per_s": 0.42, "inflight": 3.4},
@@ -34,3 +34,19 @@ def test_an_unknown_load_says_why_and_its_brackets_stay_text() -> None:
     why = "no data for load_requests_per_replica[bold] on stable"
     line = load_line({**LOAD, "ratio": None, "basis": None, "unknown": why})
     assert "unknown: no data for load_requests_per_replica\\[bold] on stable" in line
+
+
+def test_a_latency_gates_resolution_names_the_edges_around_its_target() -> None:
+    """vLLM's edges 10 and 15 s around a 14 s target: p95s are told apart in 5 s steps."""
+    line = resolution_line(
+        "e2e_latency_p95",
+        {"target_seconds": 14.0, "lower_edge": 10.0, "upper_edge": 15.0, "step_fraction": 5 / 14},
+    )
+    assert line == (
+        "e2e_latency_p95: p95 resolved at the 14s target in steps of 5s (36%, edges 10s and 15s)"
+    )
+
+
+def test_a_histogram_that_stops_below_the_target_says_the_bound_cannot_fail() -> None:
+    line = resolution_line("lat", {"target_seconds": 30.0, "lower_edge": 20.0, "upper_edge": None})
+    assert "stops at 20s" in line and "cannot show the canary slower" in line

@@ -403,7 +403,11 @@ def judge_latency(spec: GateSpec, judging: Judging) -> Evaluation:
         raise MeasurementError(str(exc), query=canary.query) from None
     evaluation = _replace_evidence(
         evaluation,
-        {"method": "time-uniform bounds on histogram buckets", **comparison.as_evidence()},
+        {
+            "method": "time-uniform bounds on histogram buckets",
+            **comparison.as_evidence(),
+            "resolution": bucket_resolution(_as_buckets(buckets), spec.target_seconds),
+        },
     )
     if comparison.regressed:
         which = "the target" if comparison.slower_than_target else "stable"
@@ -426,6 +430,22 @@ def judge_latency(spec: GateSpec, judging: Judging) -> Evaluation:
 
 LATENCY_ALPHA = 0.05
 """The latency gate's false-alarm rate, however often it is checked."""
+
+
+def bucket_resolution(buckets: list[tuple[float, float]], target: float) -> dict[str, Any]:
+    """The histogram's edges on either side of ``target``: the bounds decide at edges, so a
+    p95 anywhere between them reads the same, and a p95 shift smaller than that step can go
+    unseen by the bound (the slow-request test, at the edge above the target, is the
+    sensitive one)."""
+    edges = sorted(le for le, _ in buckets if math.isfinite(le))
+    lower = max((e for e in edges if e <= target), default=0.0)
+    upper = min((e for e in edges if e > target), default=None)
+    return {
+        "target_seconds": target,
+        "lower_edge": lower,
+        "upper_edge": upper,
+        "step_fraction": None if upper is None else (upper - lower) / target,
+    }
 
 
 def _as_buckets(raw: Any) -> list[tuple[float, float]]:

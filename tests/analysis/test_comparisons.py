@@ -129,6 +129,26 @@ def test_latency_passes_an_identical_canary() -> None:
     assert _judge(_plan(LATENCY), "lat", metrics).verdict is Verdict.PASS
 
 
+def test_latency_evidence_names_the_bucket_edges_around_the_target() -> None:
+    """With edges ... 10, 15, 20 s a 14 s target is resolved in 5 s steps: a p95 shift inside
+    (10, 15] cannot move the bound, and the evidence (and status) says so."""
+    edges = [5.0, 10.0, 15.0, 20.0, float("inf")]
+    shares = [0.5, 0.9, 0.97, 0.99, 1.0]
+    metrics = MemoryMetrics()
+    for pool, count in (("canary", 3000), ("stable", 30000)):
+        buckets = [[le, count * share] for le, share in zip(edges, shares, strict=True)]
+        metrics.set("e2e_latency", pool, 9.0, count, {"buckets": buckets})
+    _matched_load(metrics)
+    plan = _plan({"lat": {**LATENCY["lat"], "target_seconds": 14.0}})
+    result = _judge(plan, "lat", metrics)
+    assert result.evidence["resolution"] == {
+        "target_seconds": 14.0,
+        "lower_edge": 10.0,
+        "upper_edge": 15.0,
+        "step_fraction": pytest.approx(5 / 14),
+    }
+
+
 def _matched_load(metrics: MemoryMetrics) -> None:
     """Both pools carry the same load per replica: a latency pass may count."""
     metrics.set_load("canary", 2.0)
