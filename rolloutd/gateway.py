@@ -83,7 +83,8 @@ ESCALATIONS = MetricSpec(
     "agent_escalations_total",
     "counter",
     "Sessions handed over to a human.",
-    "a session handed over to a human, once, on the pool that served it",
+    "a session handed over to a human, once, on the pool that counted it in "
+    "agent_sessions_total (a session a weight change moved keeps its first pool)",
 )
 TOOL_CALLS = MetricSpec(
     "agent_tool_calls_total",
@@ -255,7 +256,9 @@ class GatewayMetrics:
         self._count(SESSIONS, pool)
 
     def escalated(self, pool: str) -> None:
-        """Count a session handed over to a human, on the pool that served the session."""
+        """Count a session handed over to a human, on the pool it was counted on by
+        :meth:`session_started`: a session a weight change moved to the other pool keeps its
+        first pool, or the escalation rate would mix two pools' sessions."""
         self._count(ESCALATIONS, pool)
 
     def tool_call(self, pool: str, *, schema_ok: bool) -> None:

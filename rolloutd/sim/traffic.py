@@ -200,6 +200,9 @@ class TrafficGenerator:
         session = f"sess-{self.seed}-{index:06d}"
         sigma = math.log(self.workload.prompt_p99 / self.workload.prompt_median) / 2.3263
         pool: str | None = None
+        # The session's escalation counts where the session was counted: a rising canary
+        # weight moves stable sessions to the canary, which must not inherit their fate.
+        counted: str | None = None
         escalated = completed = False
         turns = rng.randint(self.workload.min_turns, self.workload.max_turns)
         for turn in range(turns):
@@ -224,6 +227,7 @@ class TrafficGenerator:
             answered, event = self._send(client, body, session, case.tool, case.arguments)
             pool = answered or pool or "unknown"
             if turn == 0:
+                counted = pool
                 self._count(pool, "sessions")
             if event and rng.random() < getattr(self.escalation, event):
                 escalated = True
@@ -237,8 +241,8 @@ class TrafficGenerator:
             completed = True
         if completed and not escalated:
             escalated = rng.random() < self.escalation.base
-        if escalated and pool is not None:
-            self._count(pool, "escalations")
+        if escalated and counted is not None:
+            self._count(counted, "escalations")
 
     def _send(
         self,
