@@ -53,7 +53,14 @@ from rolloutd.settings import Settings
 from rolloutd.store import lease, queries
 from rolloutd.store.commands import COMMANDS_CHANNEL
 from rolloutd.store.db import check_revision as check_schema
-from rolloutd.store.db import describe, make_engine, normalise_url, session_factory, transaction
+from rolloutd.store.db import (
+    describe,
+    lock_timed_out,
+    make_engine,
+    normalise_url,
+    session_factory,
+    transaction,
+)
 from rolloutd.store.errors import StaleWrite
 
 log = structlog.get_logger("rolloutd.daemon")
@@ -303,28 +310,57 @@ class Daemon:
 
     # -- leadership -------------------------------------------------------------------------
 
+    def _renew_or_acquire(self, was_leading: bool) -> lease.Held | None:
+        """Renew the lease we hold, or try to take it; the new lease is ours only once the
+        transaction has committed.
+
+        Our own writes hold the lease row FOR KEY SHARE, which a renewal does not wait for;
+        a renewal that still waits out the lock timeout (a takeover attempt, an operator's
+        query) tries again until our lease would expire, since standing down bumps the
+        epoch, aborts the ticks in flight and replays every action.
+
+        :raises RolloutdError: the database cannot be reached.
+        :raises SQLAlchemyError: any other database error, or a lock held past our lease.
+        """
+        while True:
+            now = self.wall()
+            try:
+                with transaction(self.sessions) as session:
+                    if self.held is not None:
+                        held = lease.renew(session, self.held, ttl=self.ttl, now=now)
+                    else:
+                        held = lease.acquire(session, holder=self.holder, ttl=self.ttl, now=now)
+                    if held is not None and not was_leading:
+                        self._daemon_event(
+                            session, "leader_acquired", f"leading with epoch {held.epoch}", now
+                        )
+                        enqueue_leadership_alert(
+                            session,
+                            change="acquired",
+                            instance=self.instance,
+                            epoch=held.epoch,
+                            now=now,
+                        )
+                return held
+            except SQLAlchemyError as exc:
+                current = self.held
+                if (
+                    current is None
+                    or not lock_timed_out(exc)
+                    or self.stopping.is_set()
+                    or not current.valid_at(self.wall(), margin=LEASE_MARGIN)
+                ):
+                    raise
+                log.warning(
+                    "lease renewal waited on a lock; retrying",
+                    epoch=current.epoch,
+                    lease_left_s=round((current.expires_at - self.wall()).total_seconds(), 1),
+                )
+
     def _lead_or_stand_by(self) -> None:
         was_leading = self.held is not None
-        now = self.wall()
         try:
-            # The new lease is ours only once the transaction has committed.
-            with transaction(self.sessions) as session:
-                if self.held is not None:
-                    held = lease.renew(session, self.held, ttl=self.ttl, now=now)
-                else:
-                    held = lease.acquire(session, holder=self.holder, ttl=self.ttl, now=now)
-                if held is not None and not was_leading:
-                    self._daemon_event(
-                        session, "leader_acquired", f"leading with epoch {held.epoch}", now
-                    )
-                    enqueue_leadership_alert(
-                        session,
-                        change="acquired",
-                        instance=self.instance,
-                        epoch=held.epoch,
-                        now=now,
-                    )
-            self.held = held
+            self.held = self._renew_or_acquire(was_leading)
         except (RolloutdError, SQLAlchemyError) as exc:
             # Demote first: a leader that cannot reach the database must not act on stale facts.
             if self.held is not None:

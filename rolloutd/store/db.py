@@ -163,6 +163,17 @@ def translate_connect_errors(url: str | URL) -> Iterator[None]:
         ) from None
 
 
+def lock_timed_out(exc: BaseException) -> bool:
+    """Whether ``exc`` is Postgres giving up on a lock after ``lock_timeout`` (55P03)."""
+    return (
+        isinstance(exc, OperationalError)
+        and getattr(exc.orig, "sqlstate", None) == _LOCK_NOT_AVAILABLE
+    )
+
+
+_LOCK_NOT_AVAILABLE = "55P03"
+
+
 def _sqlite_busy(exc: OperationalError | InterfaceError) -> bool:
     code = getattr(exc.orig, "sqlite_errorcode", None)
     return isinstance(code, int) and code & 0xFF in (_SQLITE_BUSY, _SQLITE_LOCKED)

@@ -113,9 +113,11 @@ def _rowcount(result: Any) -> int:
 def hold_for_write(session: Session, held: Held, *, now: datetime) -> bool:
     """Lock our lease row against takeover until this transaction ends; False if it is lost.
 
-    Every leader write transaction starts here. On Postgres the row is locked FOR SHARE, so
-    a standby's takeover UPDATE waits until our transaction commits, and our writes land
-    while we are provably the leader. SQLite has one instance and no row locks.
+    Every leader write transaction starts here. On Postgres the row is locked FOR KEY
+    SHARE: the epoch is a key (a unique index on name and epoch), so a standby's takeover
+    UPDATE, which bumps it, waits until our transaction commits, and our writes land while we
+    are provably the leader; our own renewal, which moves only the expiry, takes FOR NO KEY
+    UPDATE and does not wait for them. SQLite has one instance and no row locks.
     """
     query = (
         select(Lease.epoch)
@@ -125,6 +127,6 @@ def hold_for_write(session: Session, held: Held, *, now: datetime) -> bool:
             Lease.epoch == held.epoch,
             Lease.expires_at > now,
         )
-        .with_for_update(read=True)
+        .with_for_update(read=True, key_share=True)
     )
     return session.scalar(query) is not None

@@ -239,6 +239,9 @@ class Lease(Base):
     """
 
     __tablename__ = "leases"
+    # The epoch is a key: a takeover's UPDATE (a new epoch) then conflicts with the FOR KEY
+    # SHARE lock every leader write holds, while a renewal (the expiry only) does not.
+    __table_args__ = (Index(None, "name", "epoch", unique=True),)
 
     name: Mapped[str] = mapped_column(String(100), primary_key=True)
     holder: Mapped[str] = mapped_column(String(200))

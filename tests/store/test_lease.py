@@ -8,7 +8,7 @@ from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING
 
 import pytest
-from sqlalchemy import select, update
+from sqlalchemy import select, text, update
 
 from rolloutd.store import lease
 from rolloutd.store.models import Lease
@@ -105,7 +105,7 @@ def test_a_takeover_waits_for_the_leaders_write_in_flight(pg_store: StoreHandle)
     thread = threading.Thread(target=take_over)
     thread.start()
     time.sleep(0.5)
-    assert taken == []  # blocked on the leader's FOR SHARE lock
+    assert taken == []  # blocked on the leader's FOR KEY SHARE lock
     writing.commit()
     writing.close()
     thread.join(timeout=10)
@@ -114,3 +114,24 @@ def test_a_takeover_waits_for_the_leaders_write_in_flight(pg_store: StoreHandle)
         row = session.scalar(select(Lease))
         assert row is not None and row.holder == "b"
         session.execute(update(Lease).values(expires_at=now))
+
+
+@pytest.mark.postgres
+def test_a_renewal_does_not_wait_for_the_leaders_write_in_flight(pg_store: StoreHandle) -> None:
+    """The renewal moves only the expiry, which is no key: it passes the leader's own write
+    lock at once, where a renewal that waited on it lost the lease under write load."""
+    now = datetime.now(UTC)
+    with pg_store.sessions.begin() as session:
+        held = lease.acquire(session, holder="a", ttl=TTL, now=now)
+    assert held is not None
+    writing = pg_store.sessions()
+    writing.begin()
+    assert lease.hold_for_write(writing, held, now=now)
+    try:
+        with pg_store.sessions.begin() as session:
+            session.execute(text("SET LOCAL lock_timeout = '200ms'"))
+            renewed = lease.renew(session, held, ttl=TTL, now=now + timedelta(seconds=5))
+        assert renewed is not None and renewed.epoch == held.epoch
+    finally:
+        writing.commit()
+        writing.close()

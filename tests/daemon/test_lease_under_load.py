@@ -1,0 +1,88 @@
+"""A leader's own writes never cost it the lease.
+
+Every leader write locks the lease row first, so a takeover (which changes the epoch) waits
+for writes in flight. The renewal changes only the expiry: it must not wait for those writes,
+and one that waits on a lock for longer than the daemon's 1 s lock timeout retries until its
+own lease would expire instead of standing down (standing down bumps the epoch, aborts ticks
+in flight and replays actions).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import pytest
+from sqlalchemy import text
+
+from rolloutd.store import lease
+from rolloutd.store.db import transaction
+
+from .helpers import WAIT, Daemons, Db, running_daemons
+
+if TYPE_CHECKING:
+    from conftest import StoreHandle
+
+pytestmark = pytest.mark.postgres
+
+LOCK_TIMEOUT_S = 1.0  # the daemon's sessions' lock_timeout (rolloutd/store/db.py)
+
+
+@pytest.fixture
+def db(pg_store: StoreHandle) -> Iterator[Db]:
+    database = Db(pg_store.url)
+    yield database
+    database.close()
+
+
+@pytest.fixture
+def daemons(pg_store: StoreHandle, tmp_path: Path) -> Iterator[Daemons]:
+    # A TTL long enough that a renewal retried past a 1 s lock timeout still has lease left.
+    with running_daemons(pg_store.url, tmp_path, ttl=6.0) as pool:
+        yield pool
+
+
+def _held(db: Db) -> lease.Held:
+    row = db.rows("SELECT holder, epoch, expires_at FROM leases WHERE name = 'leader'")[0]
+    return lease.Held("leader", row["holder"], row["epoch"], row["expires_at"])
+
+
+def test_a_leaders_own_write_held_for_three_lock_timeouts_does_not_demote_it(
+    daemons: Daemons, db: Db
+) -> None:
+    """A write transaction of the leader's epoch holds the lease row as every leader write
+    does, for 3 s: the leader renews through it, keeps leading, its epoch unchanged."""
+    leader = daemons.spawn("a")
+    epoch = leader.wait_role("leader", WAIT)["epoch"]
+    held = _held(db)
+    with transaction(db.sessions) as session:
+        assert lease.hold_for_write(session, held, now=datetime.now(UTC))
+        time.sleep(3 * LOCK_TIMEOUT_S)
+    time.sleep(1.0)
+    health = leader.health()
+    assert health is not None and health[1]["role"] == "leader", leader.log_tail()
+    assert health[1]["epoch"] == epoch
+    assert db.scalar("SELECT epoch FROM leases WHERE name = 'leader'") == epoch
+    assert not leader.logged("lost leadership"), leader.log_tail()
+
+
+def test_a_renewal_that_waits_out_a_lock_timeout_retries_instead_of_standing_down(
+    daemons: Daemons, db: Db
+) -> None:
+    """Another transaction locks the lease row exclusively for 2.5 s (two lock timeouts,
+    well inside the 6 s lease): the renewal times out, retries, and the leader keeps its
+    epoch."""
+    leader = daemons.spawn("a")
+    epoch = leader.wait_role("leader", WAIT)["epoch"]
+    with db.engine.begin() as connection:
+        connection.execute(text("SELECT 1 FROM leases WHERE name = 'leader' FOR UPDATE"))
+        time.sleep(2.5)
+    time.sleep(1.0)
+    health = leader.health()
+    assert health is not None and health[1]["role"] == "leader", leader.log_tail()
+    assert health[1]["epoch"] == epoch
+    assert not leader.logged("lost leadership"), leader.log_tail()
+    assert leader.logged("lease renewal waited on a lock; retrying"), leader.log_tail()
