@@ -14,17 +14,26 @@ message of each webhook and posts it if the webhook is not resting:
 A message is marked sent only after Slack answered, so a crash in between sends it again on
 the next run: a repeat, never a loss. The webhook URL is a secret and appears nowhere but in
 the request itself.
+
+Delivery is fenced like every leader write. A run keeps the lease it started under; it reads
+the queues only while that lease is live, and each write (sent, given up, the next attempt,
+and the event beside it) locks the lease row and carries the lease's fence, so a sender that
+was paused past its lease changes nothing once another instance leads. The post itself cannot
+be fenced: one already on its way when the lease is lost arrives, and the new leader, finding
+the message still pending, posts it again (at least once, as after a crash).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any, Literal
 
 import httpx
 import structlog
+from sqlalchemy import ColumnElement
 from sqlalchemy.orm import Session, sessionmaker
 
 from rolloutd import retry
@@ -32,6 +41,7 @@ from rolloutd.alerts.webhooks import Webhooks
 from rolloutd.redact import scrub
 from rolloutd.store import queries
 from rolloutd.store.db import transaction
+from rolloutd.store.lease import Held, fence, hold_for_write
 from rolloutd.store.outbox import defer, give_up, heads_of_queues, mark_sent
 
 log = structlog.get_logger("rolloutd.alerts")
@@ -45,6 +55,8 @@ RETRY_AFTER_MAX = 600.0
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 
 Outcome = Literal["sent", "rate_limited", "retry", "failed", "unconfigured"]
+# The lease condition ANDed into each write, or None when the sender runs without a lease.
+_Guard = ColumnElement[bool] | None
 
 
 @dataclass(frozen=True)
@@ -96,8 +108,17 @@ class _Head:
     next_attempt_at: datetime
 
 
+class _LeaseLost(Exception):
+    """The lease the run started under is gone: the run writes nothing more."""
+
+
 class Sender:
-    """Posts outbox messages to their webhooks; one instance per daemon, one run at a time."""
+    """Posts outbox messages to their webhooks; one instance per daemon, one run at a time.
+
+    ``lease`` gives the lease this process leads under (None while it stands by); every write
+    is fenced by it. Without ``lease`` (one instance and no lease, as in a single-run tool)
+    the writes are not fenced and ``leading`` alone decides whether to post.
+    """
 
     def __init__(
         self,
@@ -110,6 +131,7 @@ class Sender:
         leading: Callable[[], bool] = lambda: True,
         actor: str = "rolloutd",
         observe: Callable[[Outcome], None] | None = None,
+        lease: Callable[[], Held | None] | None = None,
     ) -> None:
         self.sessions = sessions
         self.webhooks = webhooks
@@ -120,29 +142,38 @@ class Sender:
         self.leading = leading
         self.actor = actor
         self.observe = observe
+        self.lease = lease
         # When each webhook may be posted to again, keyed by URL (never logged).
         self._resting: dict[str, datetime] = {}
 
     def run_once(self) -> int:
         """Post the next due message of each webhook; return how many Slack accepted."""
+        held = self.lease() if self.lease is not None else None
+        if self.lease is not None and held is None:
+            return 0  # a standby must not speak
         with transaction(self.sessions) as session:
-            heads = [_detach(row) for row in heads_of_queues(session)]
+            guard = None if held is None else fence(held, now=self.clock())
+            heads = [_detach(row) for row in heads_of_queues(session, fence=guard)]
         sent = 0
         for head in heads:
             now = self.clock()
             if head.next_attempt_at > now:
                 continue
-            if not self.leading():
-                break  # a standby must not speak; the new leader sends what is left
+            if not self._leading(held, now):
+                break  # the new leader sends what is left
             url = self.webhooks.url(head.webhook_env)
-            if url is None:
-                self._unconfigured(head, now)
-                continue
-            if self._resting.get(url, _EPOCH) > now:
-                continue
-            delivery = self._post(url, head.message)
-            now = self.clock()
-            rest = self._record(head, delivery, now)
+            try:
+                if url is None:
+                    self._unconfigured(head, held, now)
+                    continue
+                if self._resting.get(url, _EPOCH) > now:
+                    continue
+                delivery = self._post(url, head.message)
+                now = self.clock()
+                rest = self._record(head, delivery, held, now)
+            except _LeaseLost:
+                log.warning("alert outcome not recorded: the leader lease was lost", outbox=head.id)
+                break
             self._resting[url] = now + rest
             sent += delivery.outcome == "sent"
         return sent
@@ -160,35 +191,71 @@ class Sender:
             return Delivery("retry", f"{type(exc).__name__}: {reason}")
         return classify(response.status_code, response.text, response.headers.get("Retry-After"))
 
-    def _record(self, head: _Head, delivery: Delivery, now: datetime) -> timedelta:
-        """Write the attempt's outcome; return how long the webhook must rest."""
+    def _leading(self, held: Held | None, now: datetime) -> bool:
+        """Whether this process may still post under the lease the run started with."""
+        if not self.leading():
+            return False
+        if self.lease is None:
+            return True  # no lease to lose: ``leading`` alone decides
+        current = self.lease()
+        return (
+            held is not None
+            and current is not None
+            and current.epoch == held.epoch
+            and current.valid_at(now)
+        )
+
+    @contextmanager
+    def _write(self, held: Held | None, now: datetime) -> Iterator[tuple[Session, _Guard]]:
+        """A transaction that writes only while ``held`` is the live lease, with its fence.
+
+        :raises _LeaseLost: when it is not; nothing is written.
+        """
+        with transaction(self.sessions) as session:
+            if held is None:
+                yield session, None
+                return
+            # The lock makes a takeover wait for this commit, so the new leader reads what we
+            # wrote; the fence in each UPDATE keeps SQLite (no row locks) just as safe.
+            if not hold_for_write(session, held, now=now):
+                raise _LeaseLost
+            yield session, fence(held, now=now)
+
+    def _record(
+        self, head: _Head, delivery: Delivery, held: Held | None, now: datetime
+    ) -> timedelta:
+        """Write the attempt's outcome; return how long the webhook must rest.
+
+        :raises _LeaseLost: when the lease is gone; nothing is written.
+        """
         bound = log.bind(
             outbox=head.id, channel=head.channel, topic=head.topic, rollout=head.rollout_id
         )
         if self.observe is not None:
             self.observe(delivery.outcome)
-        with transaction(self.sessions) as session:
+        with self._write(held, now) as (session, guard):
             if delivery.outcome == "sent":
-                mark_sent(session, head.id, now=now)
+                mark_sent(session, head.id, now=now, fence=guard)
                 bound.info("alert sent", attempts=head.attempts + 1)
             elif delivery.outcome == "failed":
-                give_up(session, head.id, now=now, error=delivery.detail)
-                queries.append_event(
-                    session,
-                    rollout_id=head.rollout_id,
-                    kind="alert_undeliverable",
-                    actor=self.actor,
-                    detail=f"{head.topic} alert to channel {head.channel} given up: Slack "
-                    f"answered {delivery.detail}; check the webhook in {head.webhook_env}",
-                    data={"outbox": head.id, "channel": head.channel, "topic": head.topic},
-                    now=now,
-                    dedup_key=f"outbox-{head.id}/undeliverable",
-                )
+                # Only the sender that gave the message up reports it, once.
+                if give_up(session, head.id, now=now, error=delivery.detail, fence=guard):
+                    queries.append_event(
+                        session,
+                        rollout_id=head.rollout_id,
+                        kind="alert_undeliverable",
+                        actor=self.actor,
+                        detail=f"{head.topic} alert to channel {head.channel} given up: Slack "
+                        f"answered {delivery.detail}; check the webhook in {head.webhook_env}",
+                        data={"outbox": head.id, "channel": head.channel, "topic": head.topic},
+                        now=now,
+                        dedup_key=f"outbox-{head.id}/undeliverable",
+                    )
                 bound.error("alert undeliverable", error=delivery.detail)
             else:
                 # The whole webhook rests, so a Slack outage costs one request per backoff.
                 rest = backoff(head.attempts + 1) if delivery.outcome == "retry" else delivery.rest
-                defer(session, head.id, until=now + rest, error=delivery.detail)
+                defer(session, head.id, until=now + rest, error=delivery.detail, fence=guard)
                 bound.warning(
                     "alert deferred",
                     outcome=delivery.outcome,
@@ -198,25 +265,29 @@ class Sender:
                 return rest
         return delivery.rest
 
-    def _unconfigured(self, head: _Head, now: datetime) -> None:
+    def _unconfigured(self, head: _Head, held: Held | None, now: datetime) -> None:
+        """Defer a message whose webhook variable gives no URL, with an event saying why.
+
+        :raises _LeaseLost: when the lease is gone; nothing is written.
+        """
         problem = self.webhooks.problem(head.webhook_env)
         wait = backoff(head.attempts + 1)
         if self.observe is not None:
             self.observe("unconfigured")
-        with transaction(self.sessions) as session:
-            defer(session, head.id, until=now + wait, error=problem)
+        with self._write(held, now) as (session, guard):
             # Kept, not given up: the alert goes out once the variable is set (SIGHUP or restart).
-            queries.append_event(
-                session,
-                rollout_id=head.rollout_id,
-                kind="alert_waiting",
-                actor=self.actor,
-                detail=f"{head.topic} alert to channel {head.channel} waits in the outbox: "
-                f"{problem}",
-                data={"outbox": head.id, "channel": head.channel, "topic": head.topic},
-                now=now,
-                dedup_key=f"outbox-{head.id}/unconfigured",
-            )
+            if defer(session, head.id, until=now + wait, error=problem, fence=guard):
+                queries.append_event(
+                    session,
+                    rollout_id=head.rollout_id,
+                    kind="alert_waiting",
+                    actor=self.actor,
+                    detail=f"{head.topic} alert to channel {head.channel} waits in the outbox: "
+                    f"{problem}",
+                    data={"outbox": head.id, "channel": head.channel, "topic": head.topic},
+                    now=now,
+                    dedup_key=f"outbox-{head.id}/unconfigured",
+                )
         log.error("alert webhook not configured", channel=head.channel, problem=problem)
 
 

@@ -2,17 +2,21 @@
 
 Enqueueing is keyed: the second insert of a key is a no-op that leaves the surrounding
 transaction intact, so the transaction that records an event can add its alerts again on a
-replay. The sender takes the oldest pending message of each webhook, so one channel's messages
-arrive in order and one broken channel does not hold up the others.
+replay. The sender takes the oldest pending message of each webhook, chosen in SQL, so one
+channel's messages arrive in order and no backlog on one channel (a broken webhook, an unset
+variable) hides the others' messages from it.
+
+Every write of the sender can carry a ``fence`` (see :func:`rolloutd.store.lease.fence`) ANDed
+into its WHERE clause, so a sender that lost the leader lease changes no row.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any
+from typing import Any, cast
 
-from sqlalchemy import func, select, update
+from sqlalchemy import ColumnElement, CursorResult, Update, func, select, update
 from sqlalchemy.orm import Session
 
 from rolloutd.store.outbox_models import OutboxMessage
@@ -66,54 +70,107 @@ def enqueue_message(
     return session.scalar(statement) is not None
 
 
-def heads_of_queues(session: Session, *, limit: int = 1000) -> list[OutboxMessage]:
-    """The oldest pending message of each webhook (due or not), oldest first."""
-    rows = session.scalars(
+def heads_of_queues(
+    session: Session, *, fence: ColumnElement[bool] | None = None
+) -> list[OutboxMessage]:
+    """The oldest pending message of each webhook (due or not), oldest first.
+
+    ``fence``: read nothing unless it holds (a sender that lost the lease has nothing to send).
+    """
+    # One row per webhook, however many wait behind it: ranking in SQL rather than reading the
+    # oldest N rows, which a backlog on a single webhook fills.
+    rank = (
+        func.row_number()
+        .over(
+            partition_by=OutboxMessage.webhook_env,
+            order_by=(OutboxMessage.created_at, OutboxMessage.id),
+        )
+        .label("rank")
+    )
+    ranked = select(OutboxMessage.id, rank).where(OutboxMessage.status == "pending").subquery()
+    query = (
         select(OutboxMessage)
-        .where(OutboxMessage.status == "pending")
+        .join(ranked, ranked.c.id == OutboxMessage.id)
+        .where(ranked.c.rank == 1)
         .order_by(OutboxMessage.created_at, OutboxMessage.id)
-        .limit(limit)
     )
-    heads: dict[str, OutboxMessage] = {}
-    for row in rows:
-        heads.setdefault(row.webhook_env, row)
-    return list(heads.values())
+    if fence is not None:
+        query = query.where(fence)
+    return list(session.scalars(query))
 
 
-def mark_sent(session: Session, message_id: int, *, now: datetime) -> None:
-    """Slack accepted the message."""
-    session.execute(
-        update(OutboxMessage)
-        .where(OutboxMessage.id == message_id, OutboxMessage.status == "pending")
-        .values(status="sent", sent_at=now, attempts=OutboxMessage.attempts + 1)
-    )
+def mark_sent(
+    session: Session, message_id: int, *, now: datetime, fence: ColumnElement[bool] | None = None
+) -> bool:
+    """Slack accepted the message.
 
-
-def defer(session: Session, message_id: int, *, until: datetime, error: str) -> None:
-    """Count a failed attempt and try again at ``until``."""
-    session.execute(
-        update(OutboxMessage)
-        .where(OutboxMessage.id == message_id, OutboxMessage.status == "pending")
-        .values(
-            attempts=OutboxMessage.attempts + 1,
-            last_error=error,
-            next_attempt_at=until,
-        )
+    :returns: False, writing nothing, when the message is no longer pending or ``fence`` fails.
+    """
+    return _update_pending(
+        session,
+        message_id,
+        fence,
+        update(OutboxMessage).values(
+            status="sent", sent_at=now, attempts=OutboxMessage.attempts + 1
+        ),
     )
 
 
-def give_up(session: Session, message_id: int, *, now: datetime, error: str) -> None:
-    """Mark a message undeliverable: retrying cannot help (Slack refused it for good)."""
-    session.execute(
-        update(OutboxMessage)
-        .where(OutboxMessage.id == message_id, OutboxMessage.status == "pending")
-        .values(
-            status="failed",
-            attempts=OutboxMessage.attempts + 1,
-            last_error=error,
-            sent_at=now,
-        )
+def defer(
+    session: Session,
+    message_id: int,
+    *,
+    until: datetime,
+    error: str,
+    fence: ColumnElement[bool] | None = None,
+) -> bool:
+    """Count a failed attempt and try again at ``until``.
+
+    :returns: False, writing nothing, when the message is no longer pending or ``fence`` fails.
+    """
+    return _update_pending(
+        session,
+        message_id,
+        fence,
+        update(OutboxMessage).values(
+            attempts=OutboxMessage.attempts + 1, last_error=error, next_attempt_at=until
+        ),
     )
+
+
+def give_up(
+    session: Session,
+    message_id: int,
+    *,
+    now: datetime,
+    error: str,
+    fence: ColumnElement[bool] | None = None,
+) -> bool:
+    """Mark a message undeliverable: retrying cannot help (Slack refused it for good).
+
+    :returns: False, writing nothing, when the message is no longer pending or ``fence`` fails.
+    """
+    return _update_pending(
+        session,
+        message_id,
+        fence,
+        update(OutboxMessage).values(
+            status="failed", attempts=OutboxMessage.attempts + 1, last_error=error, sent_at=now
+        ),
+    )
+
+
+def _update_pending(
+    session: Session,
+    message_id: int,
+    fence: ColumnElement[bool] | None,
+    statement: Update,
+) -> bool:
+    statement = statement.where(OutboxMessage.id == message_id, OutboxMessage.status == "pending")
+    if fence is not None:
+        statement = statement.where(fence)
+    result = session.execute(statement.execution_options(synchronize_session=False))
+    return int(cast(CursorResult[Any], result).rowcount) == 1
 
 
 def outbox_stats(session: Session) -> OutboxStats:

@@ -8,7 +8,7 @@ moves only when the test says so, so minutes of outage take milliseconds.
 from __future__ import annotations
 
 import copy
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
@@ -23,6 +23,7 @@ from rolloutd.planfile import parse_plan
 from rolloutd.reconcile import Reconciler
 from rolloutd.routers.base import MemoryRouter
 from rolloutd.store import lease, queries
+from rolloutd.store.lease import Held
 from rolloutd.store.outbox import list_messages
 from tests.twins import Clock, Twins
 
@@ -107,14 +108,23 @@ class Harness:
             loaded = parse_plan(yaml.safe_dump(plan or PLAN), "plan.yaml")
             self.rollout_id = start_rollout(session, loaded, actor="alice", now=self.clock())
 
-    def new_sender(self, *, timeout: float = 2.0, client: httpx.Client | None = None) -> Sender:
-        """A sender as a freshly started daemon has it (nothing in memory)."""
+    def new_sender(
+        self,
+        *,
+        timeout: float = 2.0,
+        client: httpx.Client | None = None,
+        webhooks: Webhooks | None = None,
+        lease: Callable[[], Held | None] | None = None,
+    ) -> Sender:
+        """A sender as a freshly started daemon has it (nothing in memory), fenced by the
+        harness's lease unless given another."""
         return Sender(
             self.store.sessions,
-            webhooks=Webhooks("/nonexistent", environ=lambda: self.environ),
+            webhooks=webhooks or Webhooks("/nonexistent", environ=lambda: self.environ),
             clock=self.clock,
             timeout=timeout,
             client=client,
+            lease=lease or (lambda: self.held),
         )
 
     def healthy(self) -> None:
