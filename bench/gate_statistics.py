@@ -20,8 +20,9 @@ Gates, side by side on the same traffic:
 - ``after``: ``rolloutd.analysis.comparisons.compare_rates``, the compare gate's statistics:
   the same mixture with its evidence divided by the dispersion estimated from the steps'
   blocks, then a Cochran-Mantel-Haenszel look stratified by block (so by step).
-- ``latency``: the latency gate (p95 bounds at alpha/2, slow-request rate at alpha/2),
-  unchanged: one column.
+- ``latency``: the latency gate, unchanged: one column. Its p95 bounds (alpha/2) judge
+  the histogram since the step began, as the gate asks for it; its slow-request rate test
+  (alpha/2) carries the earlier step's counts.
 
 The suite rules are simulated apart: 11 daily runs of a 300-case suite plus a 300-case
 sampled suite, each run's pairs drawn afresh (the runs' noise independent: the worst case
@@ -358,7 +359,8 @@ def p95_flags(cum_c: list[float], cum_s: list[float]) -> bool:
 
 
 def judge_latency(traffic: Traffic) -> Outcome:
-    """The latency gate at every tick: p95 bounds or the slow-request rate."""
+    """The latency gate at every tick: p95 bounds on the step's histogram so far, or the
+    slow-request rate over the steps."""
     ticks = np.arange(TICK, HORIZON + TICK / 2, TICK)
     target = next(i for i, b in enumerate(BOUND_LIST) if b >= P95_TARGET)
     cumulative, slow, seen = {}, {}, {}
@@ -375,8 +377,14 @@ def judge_latency(traffic: Traffic) -> Outcome:
         slow[pool] = np.cumsum(over.reshape(len(ticks), 2), axis=0)
         seen[pool] = np.cumsum(total.reshape(len(ticks), 2), axis=0)
     outcome: Outcome = {"latency/fixed horizon": None, "latency/after": None}
+    end_of_first = int(np.searchsorted(ticks, STEP_SECONDS))
     for i, t in enumerate(ticks):
-        flagged = p95_flags(cumulative["canary"][i].tolist(), cumulative["stable"][i].tolist())
+        # The p95 bounds judge the window since the step began, as the gate asks for it.
+        since = {
+            pool: cumulative[pool][i] - (cumulative[pool][end_of_first] if i > end_of_first else 0)
+            for pool in ("canary", "stable")
+        }
+        flagged = p95_flags(since["canary"].tolist(), since["stable"].tolist())
         if not flagged:
             segments = []
             for step in range(1 + int(t > STEP_SECONDS)):
