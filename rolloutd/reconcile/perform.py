@@ -26,6 +26,7 @@ from rolloutd.drivers import Drivers
 from rolloutd.errors import NotFound, PermanentError, RolloutdError, TemporaryError
 from rolloutd.plan import Plan
 from rolloutd.reconcile.shell import NotLeading, Shell
+from rolloutd.routers import deadline
 from rolloutd.routers.base import Router
 from rolloutd.store import queries
 from rolloutd.store.lease import Held
@@ -113,7 +114,12 @@ class Performer:
             if router is None:
                 raise PermanentError("no router to set the weight on")
             weight, mirror = int(action.payload["weight"]), bool(action.payload["mirror"])
-            router.set_weight(weight, mirror=mirror)
+            # The deadline starts before the lease is checked, so the write lands (or is
+            # abandoned) while the lease is still ours, with the margin to spare.
+            timeout = deadline.write_timeout(router)
+            with deadline.within(timeout):
+                self.shell.held(outlive=timeout)
+                router.set_weight(weight, mirror=mirror)
             state = router.read_weight()
             if state.weight != weight:
                 raise TemporaryError(f"router reads {state.weight}% after setting {weight}%")

@@ -1,6 +1,7 @@
 """What every part of the tick shares: the database, the clocks and the leader's fence.
 
-A side effect starts only while the lease outlives it by ``margin``, and every write commits
+A router write starts only while the lease outlives the driver's own timeout plus ``margin``,
+and must land within that timeout (``rolloutd.routers.deadline``); every store write commits
 only while the lease is provably still this process's (``hold_for_write``), so a paused
 ex-leader can neither touch the router nor write a fact once another instance leads.
 """
@@ -50,13 +51,14 @@ class Shell:
         """How this process signs events."""
         return f"rolloutd@{self.instance}"
 
-    def held(self) -> Held:
-        """The lease, if it is ours and outlives the margin.
+    def held(self, outlive: timedelta = timedelta(0)) -> Held:
+        """The lease, if it is ours and outlives ``outlive`` (a side effect's own timeout)
+        plus the margin.
 
         :raises NotLeading: otherwise.
         """
         held = self.lease()
-        if held is None or not held.valid_at(self.wall(), margin=self.margin):
+        if held is None or not held.valid_at(self.wall(), margin=self.margin + outlive):
             raise NotLeading("this rolloutd does not hold the leader lease")
         return held
 

@@ -36,11 +36,16 @@ from rolloutd.reconcile import records
 from rolloutd.reconcile.perform import Attempt, Performer
 from rolloutd.reconcile.shell import LEASE_MARGIN, Shell
 from rolloutd.reconcile.suites import Suites
+from rolloutd.routers import deadline
 from rolloutd.routers.base import Router, RouterState
+from rolloutd.routers.deadline import LONGEST_WRITE_TIMEOUT
 from rolloutd.store import queries
 from rolloutd.store.lease import Held, fence
 
 log = structlog.get_logger("rolloutd.reconcile")
+
+# The daemon's default lease TTL (``ROLLOUTD_LEASE_TTL_SECONDS``); the daemon passes its own.
+DEFAULT_LEASE_TTL = timedelta(seconds=15)
 
 
 @dataclass(frozen=True)
@@ -51,6 +56,9 @@ class TickResult:
     state: State
     performed: int
     decision: Decision | None
+    watching: bool = False
+    """The rollout ended, and its router is still read back and repaired (see
+    :meth:`Reconciler.watch_window`): keep ticking it."""
 
 
 class Reconciler:
@@ -66,8 +74,10 @@ class Reconciler:
         instance: str,
         wall: Callable[[], datetime] | None = None,
         margin: timedelta = LEASE_MARGIN,
+        lease_ttl: Callable[[], timedelta] = lambda: DEFAULT_LEASE_TTL,
     ) -> None:
         self.shell = Shell(sessions, clock, wall or clock, lease, instance, margin)
+        self.lease_ttl = lease_ttl
         self.drivers = drivers
         self.performer = Performer(self.shell, drivers)
         self.suites = Suites(sessions, clock=clock)
@@ -94,7 +104,11 @@ class Reconciler:
         # rollout may still owe its final alert after a crash. Weights converge below.
         performed = self._perform(rollout_id, plan, router, owed, None, bound)
         if progress.ended is not None:
-            return TickResult(rollout_id, State(progress.ended), performed, None)
+            watching = self._watching(progress, router, now)
+            if watching:
+                # An ex-leader's late router write may still land: keep the final fact served.
+                self._converge(rollout_id, plan, desired_of(plan, progress), router, bound)
+            return TickResult(rollout_id, State(progress.ended), performed, None, watching)
         if progress.started_at is None:
             observed, preflight_error = self._preflight(plan, router)
         else:
@@ -111,6 +125,18 @@ class Reconciler:
         if decision.events:
             bound.info("tick", state=decision.state.value, events=[e.kind for e in decision.events])
         return TickResult(rollout_id, decision.state, performed, decision)
+
+    def watch_window(self, router: Router | None) -> timedelta:
+        """How long an ended rollout keeps its router verified: twice the lease TTL (the
+        lease an ex-leader held, and the takeover) plus the longest router write timeout,
+        past which no write an ex-leader started under its lease can still land."""
+        longest = max(LONGEST_WRITE_TIMEOUT, deadline.write_timeout(router))
+        return 2 * self.lease_ttl() + longest
+
+    def _watching(self, progress: Progress, router: Router | None, now: datetime) -> bool:
+        if router is None or progress.started_at is None or progress.ended_at is None:
+            return False
+        return now - progress.ended_at <= self.watch_window(router)
 
     def _router(self, rollout_id: int, plan: Plan) -> Router | None:
         try:

@@ -9,7 +9,10 @@ from __future__ import annotations
 
 import threading
 from dataclasses import dataclass
+from datetime import timedelta
 from typing import Protocol
+
+from rolloutd.routers import deadline
 
 
 @dataclass(frozen=True)
@@ -56,6 +59,8 @@ def check_weight(weight: int) -> int:
 class MemoryRouter:
     """A router that only remembers: the twin used by tests and in-process demos."""
 
+    write_timeout = timedelta(seconds=1)
+
     def __init__(self, weight: int = 0, *, mirror: bool = False) -> None:
         self._state = RouterState(weight, mirror)
         self._lock = threading.Lock()
@@ -63,6 +68,7 @@ class MemoryRouter:
 
     def set_weight(self, weight: int, *, mirror: bool = False) -> None:
         state = RouterState(check_weight(weight), mirror)
+        deadline.check("setting the memory router")
         with self._lock:
             self._state = state
             self.history.append(state)

@@ -11,15 +11,19 @@ from __future__ import annotations
 import json
 import os
 import tempfile
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 from rolloutd.errors import PermanentError, TemporaryError
+from rolloutd.routers import deadline
 from rolloutd.routers.base import RouterState, check_weight
 
 
 class FileRouter:
     """Writes ``{"canary_weight": W, "stable_weight": 100-W, "mirror": bool}`` to ``path``."""
+
+    # A local rename lands at once; a disk that takes longer to fsync abandons the write.
+    write_timeout = timedelta(seconds=1)
 
     def __init__(self, path: str | Path, *, session_header: str = "X-Session-Id") -> None:
         self.path = Path(path)
@@ -43,6 +47,7 @@ class FileRouter:
                     handle.write(data)
                     handle.flush()
                     os.fsync(handle.fileno())
+                deadline.check(f"replacing router file {self.path}")
                 os.replace(tmp, self.path)
             except BaseException:
                 Path(tmp).unlink(missing_ok=True)

@@ -24,6 +24,7 @@ from __future__ import annotations
 import os
 import threading
 from collections.abc import Sequence
+from datetime import timedelta
 from fractions import Fraction
 from pathlib import Path
 
@@ -72,6 +73,8 @@ class HAProxyRouter:
         if not stable or not canary or set(stable) & set(canary):
             raise PermanentError("HAProxy pools need at least one server each, none in both")
         self.api = RuntimeAPI(socket, timeout=timeout)
+        # A write reads the weights, sets them, and may put refused ones back.
+        self.write_timeout = timedelta(seconds=3 * timeout)
         self.backend = backend
         self.stable = list(stable)
         self.canary = list(canary)

@@ -14,6 +14,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from rolloutd.errors import PermanentError, TemporaryError
+from rolloutd.routers import deadline
 
 TIMEOUT = 2.0
 MAX_ANSWER = 4 << 20
@@ -180,7 +181,10 @@ class RuntimeAPI:
     def _exchange(self, request: bytes) -> bytes:
         try:
             with socket.socket(self.address.family, socket.SOCK_STREAM) as conn:
-                conn.settimeout(self.timeout)
+                # Inside a router write, no exchange may outlast the write's deadline.
+                timeout = deadline.remaining(self.timeout)
+                deadline.check(f"HAProxy runtime API {self.label}")
+                conn.settimeout(timeout)
                 conn.connect(self.address.target)
                 conn.sendall(request)
                 conn.shutdown(socket.SHUT_WR)

@@ -23,11 +23,13 @@ import subprocess
 import threading
 import time
 from collections.abc import Sequence
+from datetime import timedelta
 from http.client import HTTPConnection, HTTPException, HTTPSConnection
 from pathlib import Path
 from urllib.parse import urlsplit
 
 from rolloutd.errors import PermanentError, RolloutdError, TemporaryError
+from rolloutd.routers import deadline
 from rolloutd.routers.atomic import replace_file
 from rolloutd.routers.base import RouterState, check_weight
 from rolloutd.routers.nginx_conf import Names, Split, parse, parse_state, render
@@ -64,6 +66,8 @@ class NginxRouter:
         self.pid_file = Path(pid_file)
         self.verify_url = verify_url
         self.reload_timeout = reload_timeout
+        # Until the reload signal is sent: ``nginx -T`` and the signal share it.
+        self.write_timeout = timedelta(seconds=COMMAND_TIMEOUT)
         self._command = [*command_prefix, nginx_binary, "-e", "stderr", "-c", str(config_path)]
         self._command += ["-p", prefix] if prefix else []
         self._lock = threading.Lock()
@@ -83,6 +87,8 @@ class NginxRouter:
                 self._wire_check(self._dump(), mirror=mirror)
                 master = running_master(self.pid_file)
                 before = set(children(master))
+                # Past the deadline another leader may have written: put ours back instead.
+                deadline.check(f"reloading nginx for {self.include_path}")
                 self._run("-s", "reload")
             except RolloutdError as exc:
                 raise self._put_back(previous, exc) from exc
@@ -138,16 +144,15 @@ class NginxRouter:
 
     def _run(self, *args: str) -> str:
         command = [*self._command, *args]
+        timeout = deadline.remaining(COMMAND_TIMEOUT)
         try:
             done = subprocess.run(
-                command, capture_output=True, text=True, timeout=COMMAND_TIMEOUT, check=False
+                command, capture_output=True, text=True, timeout=timeout, check=False
             )
         except FileNotFoundError:
             raise PermanentError(f"cannot run {command[0]}: not found") from None
         except subprocess.TimeoutExpired:
-            raise TemporaryError(
-                f"`{' '.join(command)}` took longer than {COMMAND_TIMEOUT:g}s"
-            ) from None
+            raise TemporaryError(f"`{' '.join(command)}` took longer than {timeout:g}s") from None
         if done.returncode != 0:
             errors = " / ".join(
                 line

@@ -8,6 +8,11 @@ The functions live in one module per table family; this module gathers them.
 
 from __future__ import annotations
 
+from datetime import datetime
+
+from sqlalchemy import select
+from sqlalchemy.orm import Session
+
 from rolloutd.store.actions import (
     ActionOutcome,
     action_by_key,
@@ -36,6 +41,7 @@ from rolloutd.store.evaluations import (
     record_evaluation,
 )
 from rolloutd.store.events import append_event, list_events
+from rolloutd.store.models import Rollout
 from rolloutd.store.rollouts import (
     create_rollout,
     get_rollout,
@@ -57,6 +63,7 @@ __all__ = [
     "bump_action_attempt",
     "create_rollout",
     "done_action_keys",
+    "ended_since",
     "enqueue_actions",
     "finish_action",
     "finish_command",
@@ -75,3 +82,10 @@ __all__ = [
     "supersede_weight_attempts",
     "upsert_step",
 ]
+
+
+def ended_since(session: Session, since: datetime) -> list[Rollout]:
+    """Rollouts no longer active whose last write (the one that ended them) is ``since`` or
+    later: the ones whose router the leader still keeps verified."""
+    query = select(Rollout).where(~Rollout.active, Rollout.updated_at >= since)
+    return list(session.scalars(query.order_by(Rollout.id)))

@@ -1,0 +1,82 @@
+"""A rollout that ended keeps its router verified after a takeover, with real daemons.
+
+The late write of a deposed leader is played by the test (a 30% router file written behind
+rolloutd's back right after the takeover): freezing a real leader exactly between its
+commit and its router write cannot be made deterministic from outside.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Iterator
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import pytest
+
+from .helpers import (
+    LEASE_TTL_SECONDS,
+    LOOP_SECONDS,
+    WAIT,
+    Daemons,
+    Db,
+    Workspace,
+    assert_within,
+    canary,
+    running_daemons,
+    wait_until,
+)
+
+if TYPE_CHECKING:
+    from conftest import StoreHandle
+
+pytestmark = pytest.mark.postgres
+
+TAKEOVER_BOUND = LEASE_TTL_SECONDS + LOOP_SECONDS + 1.0
+
+
+@pytest.fixture
+def db(pg_store: StoreHandle) -> Iterator[Db]:
+    """The test's own connection to the daemons' Postgres database."""
+    database = Db(pg_store.url)
+    yield database
+    database.close()
+
+
+@pytest.fixture
+def daemons(pg_store: StoreHandle, tmp_path: Path) -> Iterator[Daemons]:
+    """Daemons on the test database, all killed at teardown."""
+    with running_daemons(pg_store.url, tmp_path) as pool:
+        yield pool
+
+
+def test_a_new_leader_repairs_a_late_write_to_a_rolled_back_rollouts_router(
+    daemons: Daemons, db: Db, tmp_path: Path
+) -> None:
+    """After a takeover, a 30% written to a rolled-back rollout's router returns to 0% (drift)."""
+    old = daemons.spawn("a")
+    old.wait_role("leader", WAIT)
+    heir = daemons.spawn("b")
+    heir.wait_role("standby", WAIT)
+    workspace = Workspace(tmp_path, "one")
+    workspace.write_plan([canary(30, "1h", gates=())])
+    rollout = db.start_rollout(workspace.plan_path)
+    wait_until(lambda: workspace.router_weight() == 30, WAIT, "the leader to set 30%")
+    workspace.write_metrics(oom_events=1)
+    wait_until(
+        lambda: "rolled_back" in [e["kind"] for e in db.events(rollout)],
+        WAIT,
+        "the rollout to end rolled back",
+    )
+    assert workspace.router_weight() == 0
+
+    old.kill()
+    heir.wait_role("leader", TAKEOVER_BOUND + 5)
+    document = {"canary_weight": 30, "stable_weight": 70, "mirror": False}
+    tmp = workspace.dir / "late.tmp"
+    tmp.write_text(json.dumps(document))
+    os.replace(tmp, workspace.router_path)
+
+    assert_within(lambda: workspace.router_weight() == 0, WAIT, "the heir to restore 0%")
+    assert_within(lambda: "drift" in [e["kind"] for e in db.events(rollout)], WAIT, "a drift event")
