@@ -45,6 +45,7 @@ from rolloutd.clock import AnchoredClock, utc_now
 from rolloutd.drivers import Drivers, PlanDrivers
 from rolloutd.errors import PermanentError, RolloutdError
 from rolloutd.health import HealthServer
+from rolloutd.listener import CommandListener
 from rolloutd.metrics import DaemonMetrics
 from rolloutd.operations import plan_of
 from rolloutd.reconcile import LEASE_MARGIN, NotLeading, Reconciler
@@ -137,6 +138,7 @@ class Daemon:
             instance=self.instance,
             wall=wall,
             margin=min(LEASE_MARGIN, self.ttl / 4),
+            lease_ttl=lambda: self.ttl,
         )
         self.metrics = DaemonMetrics(
             self.sessions, instance=self.instance, wall=wall, leading=self._leading_epoch
@@ -148,6 +150,8 @@ class Daemon:
             timeout=settings.alert_timeout_seconds,
             # A stopping daemon posts nothing more: a hanging Slack must not hold up SIGTERM.
             leading=lambda: not self.stopping.is_set() and self._leading_epoch() is not None,
+            # Its writes are fenced by the lease a run started under.
+            lease=lambda: self.held,
             actor=f"rolloutd@{self.instance}",
             observe=self.metrics.delivered,
         )
@@ -163,6 +167,7 @@ class Daemon:
         self._health: HealthServer | None = None
         port = settings.health_port if health_port is None else health_port
         self._health_address = (settings.health_host, port)
+        self._listener: CommandListener | None = None
 
     # -- lifecycle --------------------------------------------------------------------------
 
@@ -174,7 +179,7 @@ class Daemon:
         self._start_health()
         self.scheduler.start(paused=True)
         if self.engine.dialect.name == "postgresql":
-            threading.Thread(target=self._listen, name="rolloutd-listen", daemon=True).start()
+            self._start_listener()
         log.info("starting", instance=self.instance, database=describe(self.url))
         ready = False
         beat = watchdog_interval()
@@ -281,6 +286,8 @@ class Daemon:
             "epoch": held.epoch if held is not None and leading else None,
             "loop_age_seconds": round(age, 3),
             "rollouts": self._rollout_jobs(),
+            # Not part of ``healthy``: without it commands still apply, at the next tick.
+            "listener": None if self._listener is None else self._listener.state().for_health(),
         }
 
     def _leading_epoch(self) -> int | None:
@@ -296,8 +303,10 @@ class Daemon:
         return f"leader (epoch {self.held.epoch}), {self._rollout_jobs()} active rollouts"
 
     def _reload(self) -> None:
+        """SIGHUP: apply the log level, the lease TTL and the env file's webhook URLs now;
+        name the changed settings that wait for a restart (see ``settings.RELOADABLE``)."""
         from rolloutd.logs import configure_logging
-        from rolloutd.settings import load_settings
+        from rolloutd.settings import RELOADABLE, load_settings, needs_restart
 
         try:
             fresh = load_settings()
@@ -305,8 +314,23 @@ class Daemon:
             log.error("settings reload failed; keeping the old settings", error=str(exc))
             return
         configure_logging(fresh.log_level)
-        self.settings = fresh
-        log.info("settings reloaded", log_level=fresh.log_level)
+        # The next renewal takes the new TTL; the tick's write margin follows it, or a lease
+        # shortened to the margin would let the leader renew but never write.
+        self.ttl = timedelta(seconds=fresh.lease_ttl_seconds)
+        self.reconciler.shell.margin = min(LEASE_MARGIN, self.ttl / 4)
+        # A new resolver reads the env file afresh, even an edit that kept the file's mtime.
+        self.sender.webhooks = Webhooks()
+        restart = needs_restart(self.settings, fresh)
+        self.settings = self.settings.model_copy(
+            update={field: getattr(fresh, field) for field in RELOADABLE}
+        )
+        log.info(
+            "settings reloaded",
+            log_level=fresh.log_level,
+            lease_ttl_seconds=fresh.lease_ttl_seconds,
+        )
+        if restart:
+            log.warning("settings changed that take effect at the next restart", settings=restart)
 
     # -- leadership -------------------------------------------------------------------------
 
@@ -423,6 +447,10 @@ class Daemon:
                 owing = {a.rollout_id for a in queries.pending_actions(session)}
                 known = {r.id for r in rollouts}
                 rollouts += [queries.get_rollout(session, i) for i in sorted(owing - known)]
+                # An ended rollout's router stays verified while a late write may land.
+                since = self.clock() - self.reconciler.watch_window(None)
+                known |= owing
+                rollouts += [r for r in queries.ended_since(session, since) if r.id not in known]
         except (RolloutdError, SQLAlchemyError) as exc:
             log.error("cannot list active rollouts", error=str(exc))
             return
@@ -514,7 +542,7 @@ class Daemon:
                     self._wakeups.discard(rollout_id)
                 with self.metrics.ticking():
                     result = self.reconciler.tick(rollout_id)
-                if result.state.terminal and self._owes_nothing(rollout_id):
+                if result.state.terminal and not result.watching and self._owes_nothing(rollout_id):
                     self._drop_job(rollout_id)
                     return
                 with self._wakeups_lock:
@@ -560,20 +588,29 @@ class Daemon:
 
     # -- commands through LISTEN/NOTIFY -----------------------------------------------------
 
-    def _listen(self) -> None:
+    def _start_listener(self) -> None:
         """Wake the right rollout when rolloutctl writes a command (Postgres only)."""
-        import psycopg
-
         dsn = normalise_url(self.url).set(drivername="postgresql")
-        conninfo = dsn.render_as_string(hide_password=False)
-        while not self.stopping.is_set():
-            try:
-                with psycopg.connect(conninfo, autocommit=True, connect_timeout=5) as conn:
-                    conn.execute(f"LISTEN {COMMANDS_CHANNEL}")
-                    while not self.stopping.is_set():
-                        for note in conn.notifies(timeout=1.0):
-                            if self.held is not None and note.payload.isdigit():
-                                self.wake(int(note.payload))
-            except psycopg.Error as exc:
-                log.warning("command listener reconnecting", error=str(exc).splitlines()[0])
-                self.stopping.wait(1.0)
+        self._listener = CommandListener(
+            dsn.render_as_string(hide_password=False),
+            COMMANDS_CHANNEL,
+            on_payload=self._command_written,
+            on_recovered=self._wake_all,
+            stopping=self.stopping,
+            # As the engine's connections are named, unless the URL names them.
+            application_name=None if "application_name" in dsn.query else "rolloutd",
+        )
+        self._listener.start()
+
+    def _command_written(self, payload: str) -> None:
+        """A NOTIFY's payload is the id of the rollout a command was written for."""
+        if self.held is not None and payload.isdigit():
+            self.wake(int(payload))
+
+    def _wake_all(self) -> None:
+        """Tick every rollout now: NOTIFYs sent while the listener was reconnecting are lost."""
+        if self.held is None:
+            return
+        for job in self.scheduler.get_jobs():
+            if job.id.startswith("tick-"):
+                self.wake(int(job.id.removeprefix("tick-")))

@@ -65,7 +65,7 @@ def run(health_port: int | None) -> None:
     Any number of instances may point at one Postgres: one leads (a lease with a fencing
     epoch), the others take over within the lease TTL when it dies. With SQLite, one
     instance. Under systemd (Type=notify) it sends READY=1, STATUS=, WATCHDOG=1 and
-    STOPPING=1; SIGHUP reloads the settings.
+    STOPPING=1; SIGHUP reloads the log level, the lease TTL and the webhook URLs.
 
     \b
     Example:

@@ -2,8 +2,10 @@
 
 Answers 200 with ``{"role": "leader" | "standby", ...}`` while the main loop keeps
 turning, and 503 once it has not turned for a while (a hung loop must look unhealthy
-to a load balancer or a probe, as it does to systemd's watchdog). ``/metrics`` on the
-same port serves rolloutd's own metrics to Prometheus when the daemon supplies them.
+to a load balancer or a probe, as it does to systemd's watchdog). The body also carries
+what an operator looks at next, such as the command listener's state; only the main loop
+decides the status code. ``/metrics`` on the same port serves rolloutd's own metrics to
+Prometheus when the daemon supplies them.
 """
 
 from __future__ import annotations

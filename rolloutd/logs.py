@@ -1,7 +1,8 @@
 """Structured logs: JSON lines when not on a terminal, readable on one, secrets scrubbed.
 
 Every event passes :func:`_scrub_secrets` last, so a webhook URL or a database password
-that slipped into an exception text is replaced before the line is written.
+that slipped into an exception text, a nested dict or a list is replaced before the line is
+written. Levels are the four that ``ROLLOUTD_LOG_LEVEL`` accepts (see ``rolloutd.settings``).
 """
 
 from __future__ import annotations
@@ -13,15 +14,14 @@ from typing import Any
 
 import structlog
 
-from rolloutd.redact import scrub
+from rolloutd.redact import scrub_value
 
 
 def _scrub_secrets(
     _logger: object, _method: str, event: MutableMapping[str, Any]
 ) -> MutableMapping[str, Any]:
     for key, value in list(event.items()):
-        if isinstance(value, str):
-            event[key] = scrub(value)
+        event[key] = scrub_value(value)
     return event
 
 
