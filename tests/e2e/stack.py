@@ -226,11 +226,20 @@ class Stack:
         max_inconclusive: int = 6,
         gate_overrides: dict[str, dict[str, Any]] | None = None,
         steady: str = "10s",
+        through_full: bool = False,
     ) -> dict[str, Any]:
         """A short plan over this stack: canary 5% -> canary 25% -> full -> steady, where
-        the capacity watch holds prompt+output p99 to the canary's max_seq_len of 8,192."""
+        the capacity watch holds prompt+output p99 to the canary's max_seq_len of 8,192.
+
+        ``through_full``: the rollout is meant to reach 100%, where the one canary replica
+        serves all 16 agents -- four times a stable replica's load at 5% -- and the capacity
+        model's p95 sits near 10 s; its latency trigger then allows 15 s, as a plan sized for
+        a one-replica canary pool would. The faults are judged at 5% and 25%, at 10 s.
+        """
         assert self.fleet is not None and self.haproxy is not None and self.prometheus is not None
         all_gates = gates()
+        if through_full:
+            all_gates["latency_p95"] = {**all_gates["latency_p95"], "target_seconds": 15.0}
         for gate, changes in (gate_overrides or {}).items():
             all_gates[gate] = {**all_gates[gate], **changes}
         pools = {

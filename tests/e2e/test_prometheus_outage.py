@@ -24,7 +24,7 @@ def test_a_prometheus_outage_pauses_the_rollout_and_it_resumes_when_prometheus_r
     stack = stack_for("triton")
     assert stack.prometheus is not None
     rollout = stack.start_rollout(
-        stack.plan("e2e-prometheus-outage", max_inconclusive=MAX_INCONCLUSIVE)
+        stack.plan("e2e-prometheus-outage", max_inconclusive=MAX_INCONCLUSIVE, through_full=True)
     )
     stack.wait_verified(rollout, 5)
 

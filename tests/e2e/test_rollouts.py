@@ -24,7 +24,7 @@ StackFor = Callable[..., Stack]
 def test_a_healthy_canary_reaches_100_percent(stack_for: StackFor) -> None:
     """With only baseline noise, every gate passes: 5% -> 25% -> 100% on HAProxy."""
     stack = stack_for("triton")
-    rollout = stack.start_rollout(stack.plan("e2e-happy"))
+    rollout = stack.start_rollout(stack.plan("e2e-happy", through_full=True))
     stack.wait_verified(rollout, 5)
     # rolloutd's own /metrics, as the real Prometheus scraped it: leading, canary at 5%.
     prometheus = stack.prometheus
@@ -62,7 +62,9 @@ def test_longer_prompts_at_steady_state_invalidate_the_capacity_analysis(
     "the capacity analysis is invalid", alerts, and holds the rollout at 100% (no rollback:
     the build is not at fault, the plan's assumption is)."""
     stack = stack_for("vllm")
-    rollout = stack.start_rollout(stack.plan("e2e-capacity", bakes=("5s", "5s"), steady="10m"))
+    rollout = stack.start_rollout(
+        stack.plan("e2e-capacity", bakes=("5s", "5s"), steady="10m", through_full=True)
+    )
     stack.wait_verified(rollout, 100, timeout=90)
     stack.set_faults(CANARY, prompt_drift=1.25)
     wait_until(
