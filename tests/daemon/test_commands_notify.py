@@ -32,12 +32,11 @@ from .helpers import (
     Workspace,
     canary,
     daemon_env,
-    running_daemons,
     wait_until,
 )
 
 if TYPE_CHECKING:
-    from conftest import StoreHandle
+    pass
 
 pytestmark = pytest.mark.postgres
 
@@ -46,21 +45,6 @@ COMMAND_DEADLINE = 5.0  # seconds; the next tick is 60 s away
 # the end of every loop turn (lease within the 2 s write margin), and a command whose wake-up
 # lands there waits for the next 60 s tick (see test_leadership, the too-short-lease test).
 LEASE_TTL_SECONDS = 5.0
-
-
-@pytest.fixture
-def db(pg_store: StoreHandle) -> Iterator[Db]:
-    """The test's own connection to the daemons' Postgres database."""
-    database = Db(pg_store.url)
-    yield database
-    database.close()
-
-
-@pytest.fixture
-def daemons(pg_store: StoreHandle, tmp_path: Path) -> Iterator[Daemons]:
-    """Daemons on the test database, all killed at teardown."""
-    with running_daemons(pg_store.url, tmp_path, ttl=LEASE_TTL_SECONDS) as pool:
-        yield pool
 
 
 def rolloutctl(url: str, *args: str) -> Any:

@@ -37,12 +37,11 @@ from .helpers import (
     Workspace,
     assert_within,
     canary,
-    running_daemons,
     wait_until,
 )
 
 if TYPE_CHECKING:
-    from conftest import StoreHandle
+    pass
 
 pytestmark = [pytest.mark.postgres, pytest.mark.slow]
 
@@ -78,21 +77,6 @@ class Tally:
     kills: int = 0
     kills_leaving_pending_actions: int = 0
     restarts: int = 0
-
-
-@pytest.fixture
-def db(pg_store: StoreHandle) -> Iterator[Db]:
-    """The test's own connection to the daemons' Postgres database."""
-    database = Db(pg_store.url)
-    yield database
-    database.close()
-
-
-@pytest.fixture
-def daemons(pg_store: StoreHandle, tmp_path: Path) -> Iterator[Daemons]:
-    """Daemons on the test database, all killed at teardown."""
-    with running_daemons(pg_store.url, tmp_path, ttl=LEASE_TTL_SECONDS) as pool:
-        yield pool
 
 
 def make_trial(seed: int, root: Path) -> Trial:

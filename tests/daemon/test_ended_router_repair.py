@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -24,31 +23,15 @@ from .helpers import (
     Workspace,
     assert_within,
     canary,
-    running_daemons,
     wait_until,
 )
 
 if TYPE_CHECKING:
-    from conftest import StoreHandle
+    pass
 
 pytestmark = pytest.mark.postgres
 
 TAKEOVER_BOUND = LEASE_TTL_SECONDS + LOOP_SECONDS + 1.0
-
-
-@pytest.fixture
-def db(pg_store: StoreHandle) -> Iterator[Db]:
-    """The test's own connection to the daemons' Postgres database."""
-    database = Db(pg_store.url)
-    yield database
-    database.close()
-
-
-@pytest.fixture
-def daemons(pg_store: StoreHandle, tmp_path: Path) -> Iterator[Daemons]:
-    """Daemons on the test database, all killed at teardown."""
-    with running_daemons(pg_store.url, tmp_path) as pool:
-        yield pool
 
 
 def test_a_new_leader_repairs_a_late_write_to_a_rolled_back_rollouts_router(

@@ -11,7 +11,6 @@ import os
 import random
 import time
 from collections import Counter
-from collections.abc import Iterator
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -33,33 +32,17 @@ from .helpers import (
     Workspace,
     assert_within,
     canary,
-    running_daemons,
     wait_until,
 )
 
 if TYPE_CHECKING:
-    from conftest import StoreHandle
+    pass
 
 pytestmark = pytest.mark.postgres
 
 # A standby tries to lead once per main-loop turn, so it may find the lease expired up to one
 # loop after the TTL; the rest is polling /healthz and a busy CI host.
 TAKEOVER_BOUND = LEASE_TTL_SECONDS + LOOP_SECONDS + 1.0
-
-
-@pytest.fixture
-def db(pg_store: StoreHandle) -> Iterator[Db]:
-    """The test's own connection to the daemons' Postgres database."""
-    database = Db(pg_store.url)
-    yield database
-    database.close()
-
-
-@pytest.fixture
-def daemons(pg_store: StoreHandle, tmp_path: Path) -> Iterator[Daemons]:
-    """Daemons on the test database, all killed at teardown."""
-    with running_daemons(pg_store.url, tmp_path) as pool:
-        yield pool
 
 
 def start_rollouts(db: Db, root: Path, names: list[str], steps: list[dict[str, Any]]) -> list[int]:

@@ -10,9 +10,7 @@ in flight and replays actions).
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
 from datetime import UTC, datetime
-from pathlib import Path
 from typing import TYPE_CHECKING
 
 import pytest
@@ -21,28 +19,16 @@ from sqlalchemy import text
 from rolloutd.store import lease
 from rolloutd.store.db import transaction
 
-from .helpers import WAIT, Daemons, Db, running_daemons
+from .helpers import WAIT, Daemons, Db
 
 if TYPE_CHECKING:
-    from conftest import StoreHandle
+    pass
 
 pytestmark = pytest.mark.postgres
 
 LOCK_TIMEOUT_S = 1.0  # the daemon's sessions' lock_timeout (rolloutd/store/db.py)
-
-
-@pytest.fixture
-def db(pg_store: StoreHandle) -> Iterator[Db]:
-    database = Db(pg_store.url)
-    yield database
-    database.close()
-
-
-@pytest.fixture
-def daemons(pg_store: StoreHandle, tmp_path: Path) -> Iterator[Daemons]:
-    # A TTL long enough that a renewal retried past a 1 s lock timeout still has lease left.
-    with running_daemons(pg_store.url, tmp_path, ttl=6.0) as pool:
-        yield pool
+# Long enough that a renewal retried past a 1 s lock timeout still has lease left.
+LEASE_TTL_SECONDS = 6.0
 
 
 def _held(db: Db) -> lease.Held:

@@ -38,14 +38,6 @@ HANDOVER_BOUND = 2 * LOOP_SECONDS + 1.0
 
 
 @pytest.fixture
-def db(pg_store: StoreHandle) -> Iterator[Db]:
-    """The test's own connection to the daemons' Postgres database."""
-    database = Db(pg_store.url)
-    yield database
-    database.close()
-
-
-@pytest.fixture
 def pg_daemons(pg_store: StoreHandle, tmp_path: Path) -> Iterator[Daemons]:
     """Daemons on the test database, all killed at teardown."""
     with running_daemons(pg_store.url, tmp_path) as pool:

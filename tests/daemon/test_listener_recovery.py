@@ -37,7 +37,6 @@ from .helpers import (
     application_name,
     assert_within,
     canary,
-    running_daemons,
     wait_until,
 )
 from .test_commands_notify import COMMAND_DEADLINE, LEASE_TTL_SECONDS, applied, rolloutctl
@@ -49,14 +48,6 @@ pytestmark = pytest.mark.postgres
 
 # In an error text the listener must show as *** (a driver may quote its connection string).
 LEAKY_URL = "postgresql://ops:hunter2-listener@db.internal/rolloutd"
-
-
-@pytest.fixture
-def db(pg_store: StoreHandle) -> Iterator[Db]:
-    """The test's own connection to the daemon's Postgres database."""
-    database = Db(pg_store.url)
-    yield database
-    database.close()
 
 
 @pytest.fixture
@@ -226,13 +217,6 @@ def test_a_command_written_while_postgres_refused_the_listener_applies_when_it_i
 
 
 # -- a real daemon process ----------------------------------------------------------------------
-
-
-@pytest.fixture
-def daemons(pg_store: StoreHandle, tmp_path: Path) -> Iterator[Daemons]:
-    """Real ``rolloutd run`` processes on the test database, all killed at teardown."""
-    with running_daemons(pg_store.url, tmp_path, ttl=LEASE_TTL_SECONDS) as pool:
-        yield pool
 
 
 def test_a_daemon_whose_listening_backend_dies_reconnects_and_commands_stay_prompt(

@@ -1,0 +1,39 @@
+"""The daemon tests' shared fixtures: the test's own connection to the daemons' Postgres
+database, and real ``rolloutd run`` processes on it.
+
+A test module sets ``LEASE_TTL_SECONDS`` to run its daemons with another lease TTL than the
+helpers' 3 s.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import pytest
+
+from . import helpers
+from .helpers import Daemons, Db, running_daemons
+
+if TYPE_CHECKING:
+    from conftest import StoreHandle
+
+
+@pytest.fixture
+def db(pg_store: StoreHandle) -> Iterator[Db]:
+    """The test's own connection to the daemons' Postgres database."""
+    database = Db(pg_store.url)
+    yield database
+    database.close()
+
+
+@pytest.fixture
+def daemons(
+    pg_store: StoreHandle, tmp_path: Path, request: pytest.FixtureRequest
+) -> Iterator[Daemons]:
+    """Daemons on the test database, all killed at teardown (lease TTL: the module's
+    ``LEASE_TTL_SECONDS``, else the helpers')."""
+    ttl = float(getattr(request.module, "LEASE_TTL_SECONDS", helpers.LEASE_TTL_SECONDS))
+    with running_daemons(pg_store.url, tmp_path, ttl=ttl) as pool:
+        yield pool
