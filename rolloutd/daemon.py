@@ -220,7 +220,7 @@ class Daemon:
 
     def _shutdown(self) -> int:
         self.notifier.stopping()
-        self.scheduler.shutdown(wait=True)
+        self._drain_ticks()
         if self.held is not None:
             try:
                 with transaction(self.sessions) as session:
@@ -244,6 +244,32 @@ class Daemon:
         self.engine.dispose()
         log.info("stopped", instance=self.instance)
         return 0
+
+    def _drain_ticks(self) -> None:
+        """Wait for the ticks in flight, renewing the lease meanwhile: a tick longer than the
+        TTL would otherwise finish under a lease that a standby may already have taken, and
+        have its writes refused."""
+        drained = threading.Event()
+
+        def shut_down() -> None:
+            try:
+                self.scheduler.shutdown(wait=True)
+            finally:
+                drained.set()
+
+        threading.Thread(target=shut_down, name="rolloutd-drain", daemon=True).start()
+        while not drained.wait(self.loop_seconds):
+            if self.held is None:
+                continue
+            try:
+                self.held = self._renew_or_acquire(was_leading=True)
+            except (RolloutdError, SQLAlchemyError) as exc:
+                log.error(
+                    "database error while draining; the lease expires by itself", error=str(exc)
+                )
+                self.held = None
+            if self.held is None:
+                log.warning("lost leadership while draining ticks", instance=self.instance)
 
     def _claim_sqlite(self) -> None:
         """SQLite has no leases across hosts: allow one instance per database file."""

@@ -8,7 +8,7 @@ import threading
 import time
 import urllib.request
 from collections.abc import Iterator
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING
 
 import pytest
@@ -16,6 +16,7 @@ import structlog
 import yaml
 from prometheus_client.parser import text_string_to_metric_families
 from pydantic import SecretStr
+from sqlalchemy import select
 
 from rolloutd.analysis.base import Measurement, MetricsSource, Pool
 from rolloutd.analysis.sources import MemoryMetrics
@@ -30,6 +31,7 @@ from rolloutd.redact import register_secret
 from rolloutd.routers.base import MemoryRouter, Router
 from rolloutd.settings import Settings
 from rolloutd.store import queries
+from rolloutd.store.models import Lease
 
 if TYPE_CHECKING:
     from conftest import StoreHandle
@@ -224,3 +226,27 @@ def test_an_idle_canary_is_extended_then_rolled_back_and_metrics_say_why(
     assert samples[("rolloutd_rollbacks_total", "no_data")] == 1
     assert samples[("rolloutd_rollbacks_total", "gate")] == 0
     assert samples[("rolloutd_step_extensions_total", "")] == 1
+
+
+def test_the_lease_is_renewed_while_sigterm_waits_for_a_tick_longer_than_the_ttl(
+    store: StoreHandle, running: tuple[Daemon, PerService]
+) -> None:
+    """Stopping waits for the tick in flight (metrics taking 7 s, beyond the 5 s lease) and
+    keeps the lease renewed meanwhile, so the tick's evaluation is still written under it."""
+    daemon, drivers = running
+    measuring = threading.Event()
+
+    class Slower(SlowMetrics):
+        def measure(self, signal: str, pool: Pool, window: timedelta, now: datetime) -> Measurement:
+            measuring.set()
+            return super().measure(signal, pool, window, now)
+
+    drivers.sources["slow"] = Slower(7.0)
+    slow = _start(store, "slow")
+    assert measuring.wait(10), "the slow rollout never ticked"
+    daemon.stopping.set()
+    time.sleep(6.0)  # past the lease the tick started under
+    with store.sessions() as session:
+        expires = session.scalar(select(Lease.expires_at))
+    assert expires is not None and expires > datetime.now(UTC)
+    _wait(lambda: _evaluations(store, slow) >= 1, 10)
