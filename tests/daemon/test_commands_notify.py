@@ -13,7 +13,7 @@ import subprocess
 import time
 from collections.abc import Iterator
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import psycopg
 import pytest
@@ -34,9 +34,6 @@ from .helpers import (
     daemon_env,
     wait_until,
 )
-
-if TYPE_CHECKING:
-    pass
 
 pytestmark = pytest.mark.postgres
 

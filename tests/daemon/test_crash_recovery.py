@@ -24,7 +24,6 @@ from collections import Counter
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 import pytest
 
@@ -39,9 +38,6 @@ from .helpers import (
     canary,
     wait_until,
 )
-
-if TYPE_CHECKING:
-    pass
 
 pytestmark = [pytest.mark.postgres, pytest.mark.slow]
 

@@ -10,7 +10,6 @@ from __future__ import annotations
 import json
 import os
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 import pytest
 
@@ -25,9 +24,6 @@ from .helpers import (
     canary,
     wait_until,
 )
-
-if TYPE_CHECKING:
-    pass
 
 pytestmark = pytest.mark.postgres
 

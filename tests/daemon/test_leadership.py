@@ -13,7 +13,7 @@ import time
 from collections import Counter
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import psycopg
 import pytest
@@ -34,9 +34,6 @@ from .helpers import (
     canary,
     wait_until,
 )
-
-if TYPE_CHECKING:
-    pass
 
 pytestmark = pytest.mark.postgres
 

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import time
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING
 
 import pytest
 from sqlalchemy import text
@@ -20,9 +19,6 @@ from rolloutd.store import lease
 from rolloutd.store.db import transaction
 
 from .helpers import WAIT, Daemons, Db
-
-if TYPE_CHECKING:
-    pass
 
 pytestmark = pytest.mark.postgres
 
