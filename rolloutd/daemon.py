@@ -38,6 +38,7 @@ from apscheduler.schedulers.background import BackgroundScheduler
 from apscheduler.triggers.interval import IntervalTrigger
 from sqlalchemy.exc import SQLAlchemyError
 
+from rolloutd import failpoints
 from rolloutd.alerts.enqueue import enqueue_leadership_alert
 from rolloutd.alerts.sender import Sender
 from rolloutd.alerts.webhooks import Webhooks
@@ -93,6 +94,10 @@ class _Jump:
             f"the wall clock stepped {direction} {size} s; bakes and deadlines keep counting "
             "elapsed time"
         )
+
+
+# How long SIGTERM waits for suite runs to abandon their requests and release their jobs.
+SUITE_STOP_SECONDS = 2.0
 
 
 class Daemon:
@@ -174,6 +179,9 @@ class Daemon:
     def run(self) -> int:
         """Run until SIGTERM; returns the process exit code."""
         logging.getLogger("apscheduler").setLevel(logging.ERROR)
+        armed = failpoints.arm()
+        if armed:
+            log.warning("failpoints armed: for tests only", failpoints=armed)
         self._claim_sqlite()
         check_schema(self.engine)
         self._start_health()
@@ -220,7 +228,12 @@ class Daemon:
 
     def _shutdown(self) -> int:
         self.notifier.stopping()
+        # Suite runs are stopped first: their requests are abandoned at once, and each
+        # releases its job under the lease, so the next leader restarts it without waiting.
+        self.reconciler.suites.stop()
         self._drain_ticks()
+        if not self.reconciler.suites.wait_stopped(SUITE_STOP_SECONDS):
+            log.warning("a suite run did not stop in time; its job expires by itself")
         if self.held is not None:
             try:
                 with transaction(self.sessions) as session:

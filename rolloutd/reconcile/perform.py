@@ -20,7 +20,7 @@ from typing import Any
 import structlog
 from sqlalchemy.orm import Session
 
-from rolloutd import retry
+from rolloutd import failpoints, retry
 from rolloutd.alerts.enqueue import enqueue_rollout_alert
 from rolloutd.drivers import Drivers
 from rolloutd.errors import NotFound, PermanentError, RolloutdError, TemporaryError
@@ -119,6 +119,7 @@ class Performer:
             timeout = deadline.write_timeout(router)
             with deadline.within(timeout):
                 self.shell.held(outlive=timeout)
+                failpoints.hit("before_router_write")
                 router.set_weight(weight, mirror=mirror)
             state = router.read_weight()
             if state.weight != weight:
