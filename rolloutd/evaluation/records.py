@@ -26,10 +26,12 @@ def store_run(
     rollout_id: int | None = None,
     step_index: int | None = None,
     gate: str | None = None,
+    job_id: int | None = None,
 ) -> int:
     """Store ``run`` with its cases and fields in the session's transaction; returns its id."""
     row = SuiteRun(
         rollout_id=rollout_id,
+        job_id=job_id,
         step_index=step_index,
         gate=gate,
         role=run.role,

@@ -41,6 +41,14 @@ RETRY_STATUSES = frozenset({408, 429, 500, 502, 503, 504})
 Progress = Callable[[int, int], None]
 """Called with (cases done, cases in all) after every case."""
 
+Permit = Callable[[float], bool]
+"""Asked before every request with the request's timeout: may it start now? A daemon's run
+says no once its job's claim would not outlive the request (see ``rolloutd.reconcile.suites``)."""
+
+
+class RunAbandoned(Exception):
+    """The run was stopped before it finished (its permit was withdrawn); nothing is kept."""
+
 
 @dataclass(frozen=True)
 class RunnerOptions:
@@ -117,8 +125,13 @@ async def run_suite_async(
     progress: Progress | None = None,
     transport: httpx.AsyncBaseTransport | None = None,
     clock: Callable[[], datetime] = utc_now,
+    permit: Permit | None = None,
 ) -> RunSummary:
-    """The coroutine behind :func:`run_suite`."""
+    """The coroutine behind :func:`run_suite`.
+
+    ``permit`` is asked before every request (retries included) whether it may start, given
+    its timeout; a refusal abandons the run (:class:`RunAbandoned`).
+    """
     options = options or RunnerOptions()
     started = clock()
     results: list[CaseResult | None] = [None] * len(suite.cases)
@@ -142,15 +155,19 @@ async def run_suite_async(
             verify=tls,
         )
 
-    async with client() as first:
-        model = options.model or await _served_model(first)
+    if permit is not None and not permit(options.timeout_s):
+        raise RunAbandoned("stopped before the first request")
+    model = options.model
+    if model is None:
+        async with client() as first, asyncio.timeout(options.timeout_s):
+            model = await _served_model(first)
 
     async def worker() -> None:
         nonlocal done
         async with client() as own:
             while not queue.empty():
                 index = queue.get_nowait()
-                results[index] = await _ask(own, suite.cases[index], model, options)
+                results[index] = await _ask(own, suite.cases[index], model, options, permit)
                 done += 1
                 if progress is not None:
                     progress(done, len(suite.cases))
@@ -203,7 +220,11 @@ def request_body(case: SuiteCase, model: str | None, options: RunnerOptions) -> 
 
 
 async def _ask(
-    client: httpx.AsyncClient, case: SuiteCase, model: str | None, options: RunnerOptions
+    client: httpx.AsyncClient,
+    case: SuiteCase,
+    model: str | None,
+    options: RunnerOptions,
+    permit: Permit | None = None,
 ) -> CaseResult:
     body = request_body(case, model, options)
     reason = "not sent"
@@ -211,9 +232,14 @@ async def _ask(
     for attempt in range(1, options.retries + 2):
         if attempt > 1:
             await asyncio.sleep(options.backoff_s * 2 ** (attempt - 2))
+        if permit is not None and not permit(options.timeout_s):
+            raise RunAbandoned(f"stopped before case {case.id}")
         try:
-            response = await client.post(CHAT_PATH, json=body)
-        except httpx.TimeoutException:
+            # httpx's timeout bounds each read and write; this bounds the whole request, so
+            # a slowly dripping answer cannot outlive the permit it started under.
+            async with asyncio.timeout(options.timeout_s):
+                response = await client.post(CHAT_PATH, json=body)
+        except (httpx.TimeoutException, TimeoutError):
             reason = f"timed out after {options.timeout_s:g}s"
             continue
         except httpx.TransportError as exc:

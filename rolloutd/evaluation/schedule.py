@@ -12,15 +12,24 @@ first replica, unless the gate names ``endpoint`` / ``baseline_endpoint``. The
 the same suite in this rollout, whichever gate stored it; the baseline is run again only
 when there is none. Requests use temperature 0 and a fixed seed, so an unchanged build
 answers the same way each day.
+
+In the daemon a run is a job it holds (see ``rolloutd.reconcile.suites``): a
+:class:`RunControl` says whether each request may still start, is renewed while the run goes
+on, stops the run (its requests are abandoned within :data:`POLL_SECONDS`) and fences the
+writes of its results.
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable, Sequence
+import contextlib
+import time
+from collections.abc import Awaitable, Callable, Sequence
+from contextlib import AbstractContextManager
 from dataclasses import replace
 from datetime import datetime
 from pathlib import Path
+from typing import Protocol, TypeVar
 
 from sqlalchemy.orm import Session, sessionmaker
 
@@ -30,11 +39,40 @@ from rolloutd.clock import utc_now
 from rolloutd.errors import BadInput
 from rolloutd.evaluation import records
 from rolloutd.evaluation.gate import combine, judge_suite
-from rolloutd.evaluation.results import RunSummary
-from rolloutd.evaluation.runner import RunnerOptions, run_suite_async
+from rolloutd.evaluation.results import RunRole, RunSummary
+from rolloutd.evaluation.runner import RunAbandoned, RunnerOptions, run_suite_async
 from rolloutd.evaluation.suite import Suite, load_suite
 from rolloutd.plan import Plan, SuiteGate
 from rolloutd.store.db import transaction
+
+T = TypeVar("T")
+
+# How often a held run looks whether it was stopped: the bound on abandoning its requests.
+POLL_SECONDS = 0.1
+
+
+class RunControl(Protocol):
+    """How the holder of a suite job steers its run."""
+
+    @property
+    def job_id(self) -> int | None:
+        """The job whose runs are stored."""
+
+    @property
+    def renew_every(self) -> float:
+        """Seconds between calls to :meth:`renew`."""
+
+    def permit(self, timeout_s: float) -> bool:
+        """Whether a request with this timeout may start now."""
+
+    def stopped(self) -> bool:
+        """Whether the run is to stop at once."""
+
+    def renew(self) -> None:
+        """Keep holding the job (a database write); stops the run when the job was lost."""
+
+    def write(self) -> AbstractContextManager[Session]:
+        """A transaction that commits only while the job and the lease are still ours."""
 
 
 def suite_paths(spec: SuiteGate, base_dir: Path | None = None) -> list[tuple[str, Path]]:
@@ -71,6 +109,7 @@ def run_suite_for_gate(
     base_dir: Path | None = None,
     options: RunnerOptions | None = None,
     clock: Callable[[], datetime] = utc_now,
+    control: RunControl | None = None,
 ) -> Evaluation:
     """Run the gate's suite(s) on both endpoints, store the runs, and judge them.
 
@@ -79,7 +118,9 @@ def run_suite_for_gate(
     cannot be read (inconclusive, with the file, line and field in the reason). ``options``
     defaults to the gate's concurrency; pass ``send_expected=True`` for the simulated fleet.
     ``clock`` stamps the runs: pass the rollout's clock, since :func:`~.gate.suite_due` compares
-    their finish with the rollout's ``now``.
+    their finish with the rollout's ``now``. Under a ``control`` the run is held as a job.
+
+    :raises RunAbandoned: when ``control`` stopped the run; what it stored before stays.
     """
     options = options or RunnerOptions(concurrency=spec.concurrency)
     labels: list[str] = []
@@ -94,13 +135,21 @@ def run_suite_for_gate(
                 Evaluation(name, role, Verdict.INCONCLUSIVE, now, reason=f"bad suite: {exc}")
             )
             continue
-        baseline, canary = _run_pair(sessions, plan, spec, suite, rollout_id, options, clock)
-        with transaction(sessions) as session:
+        baseline, canary = _run_pair(
+            sessions, plan, spec, suite, rollout_id, options, clock, control
+        )
+        write = transaction(sessions) if control is None else control.write()
+        with write as session:
             ids = {}
             for run in (baseline, canary):
                 if run.run_id is None:
                     ids[run.role] = records.store_run(
-                        session, run, rollout_id=rollout_id, step_index=step_index, gate=name
+                        session,
+                        run,
+                        rollout_id=rollout_id,
+                        step_index=step_index,
+                        gate=name,
+                        job_id=None if control is None else control.job_id,
                     )
             baseline = _with_id(baseline, ids.get("baseline"))
             canary = _with_id(canary, ids.get("canary"))
@@ -165,6 +214,7 @@ def _run_pair(
     rollout_id: int,
     options: RunnerOptions,
     clock: Callable[[], datetime],
+    control: RunControl | None,
 ) -> tuple[RunSummary, RunSummary]:
     baseline_url, canary_url = endpoints(plan, spec)
     stored: RunSummary | None = None
@@ -174,16 +224,39 @@ def _run_pair(
                 session, rollout_id=rollout_id, role="baseline", suite_sha256=suite.sha256
             )
 
-    async def both() -> Sequence[RunSummary]:
-        jobs = [run_suite_async(suite, canary_url, role="canary", options=options, clock=clock)]
-        if stored is None:
-            jobs.append(
-                run_suite_async(suite, baseline_url, role="baseline", options=options, clock=clock)
-            )
-        return await asyncio.gather(*jobs)
+    permit = None if control is None else control.permit
 
-    runs = asyncio.run(both())
+    async def both() -> Sequence[RunSummary]:
+        asks: list[tuple[RunRole, str]] = [("canary", canary_url)]
+        if stored is None:
+            asks.append(("baseline", baseline_url))
+        return await asyncio.gather(
+            *(
+                run_suite_async(suite, url, role=role, options=options, clock=clock, permit=permit)
+                for role, url in asks
+            )
+        )
+
+    runs = asyncio.run(both() if control is None else _held(both(), control))
     return (stored if stored is not None else runs[1]), runs[0]
+
+
+async def _held(work: Awaitable[T], control: RunControl) -> T:
+    """Run ``work`` while renewing ``control``; cancel it (abandoning the requests in flight)
+    within :data:`POLL_SECONDS` of the control stopping."""
+    task = asyncio.ensure_future(work)
+    renew_at = time.monotonic() + control.renew_every
+    while not task.done():
+        await asyncio.wait({task}, timeout=POLL_SECONDS)
+        if not task.done() and time.monotonic() >= renew_at:
+            await asyncio.to_thread(control.renew)
+            renew_at = time.monotonic() + control.renew_every
+        if not task.done() and control.stopped():
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+            raise RunAbandoned("the run was stopped")
+    return task.result()
 
 
 def _run_number(session: Session, canary: RunSummary, *, rollout_id: int, gate: str) -> int:

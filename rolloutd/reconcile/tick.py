@@ -80,7 +80,7 @@ class Reconciler:
         self.lease_ttl = lease_ttl
         self.drivers = drivers
         self.performer = Performer(self.shell, drivers)
-        self.suites = Suites(sessions, clock=clock)
+        self.suites = Suites(self.shell, lease_ttl=lease_ttl)
 
     # -- the tick ---------------------------------------------------------------------------
 
@@ -312,7 +312,7 @@ class Reconciler:
         ]
 
     def close(self) -> None:
-        """Stop starting suite runs."""
+        """Stop the suite runs; claim no more."""
         self.suites.close()
 
     # -- deciding and writing ---------------------------------------------------------------

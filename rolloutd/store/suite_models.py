@@ -1,7 +1,10 @@
 """The tool-argument suite's tables: runs, per-case and per-field results.
 
-A run is one suite asked of one endpoint (the canary or the baseline build), with the
-digest of the suite's bytes so that only runs of the same cases are ever paired. Cases and
+A *job* is a suite run the leader decided is due: a keyed, leased row (``acquired_by``,
+``acquired_until``), so that exactly one instance asks the engines at a time and a new leader
+takes over a job whose holder went away. A run is one suite asked of one endpoint (the canary
+or the baseline build), with the digest of the suite's bytes so that only runs of the same
+cases are ever paired. Cases and
 fields are kept whole, so a gate's verdict can be rechecked, and a field that regressed can
 be traced to the cases and the values the engine sent.
 """
@@ -22,6 +25,7 @@ from sqlalchemy import (
     String,
     Text,
     UniqueConstraint,
+    text,
 )
 from sqlalchemy.orm import Mapped, mapped_column
 
@@ -29,6 +33,7 @@ from rolloutd.store.models import Base
 from rolloutd.store.timestamps import UTCDateTime
 
 SUITE_RUN_ROLES = ("canary", "baseline")
+SUITE_JOB_STATES = ("open", "done", "failed", "superseded")
 CASE_OUTCOMES = (
     "correct",
     "format",
@@ -46,6 +51,42 @@ def _one_of(column: str, values: tuple[str, ...]) -> CheckConstraint:
     return CheckConstraint(f"{column} IN ({allowed})", name=column)
 
 
+class SuiteJob(Base):
+    """A due run of a rollout's suite gate, and who runs it until when.
+
+    ``acquired_until`` is on the wall clock (like the leader lease) and moves forward while
+    the holder runs the job under its lease; ``attempts`` counts the claims, so a holder's
+    writes can check that the job is still its own. At most one job per rollout and gate is
+    ``open``.
+    """
+
+    __tablename__ = "suite_jobs"
+    __table_args__ = (
+        Index(
+            "uq_suite_jobs_open",
+            "rollout_id",
+            "gate",
+            unique=True,
+            postgresql_where=text("state = 'open'"),
+            sqlite_where=text("state = 'open'"),
+        ),
+        Index(None, "rollout_id", "gate", "step_index"),
+        _one_of("state", SUITE_JOB_STATES),
+    )
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    rollout_id: Mapped[int] = mapped_column(ForeignKey("rollouts.id"))
+    gate: Mapped[str] = mapped_column(String(200))
+    step_index: Mapped[int] = mapped_column(Integer)
+    state: Mapped[str] = mapped_column(String(20))
+    due_at: Mapped[datetime] = mapped_column(UTCDateTime)
+    acquired_by: Mapped[str | None] = mapped_column(String(200))
+    acquired_until: Mapped[datetime | None] = mapped_column(UTCDateTime)
+    attempts: Mapped[int] = mapped_column(Integer)
+    finished_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
+    reason: Mapped[str | None] = mapped_column(Text)
+
+
 class SuiteRun(Base):
     """One run of a suite against one endpoint; ``rollout_id`` is null for ad-hoc runs."""
 
@@ -57,6 +98,7 @@ class SuiteRun(Base):
 
     id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
     rollout_id: Mapped[int | None] = mapped_column(ForeignKey("rollouts.id"))
+    job_id: Mapped[int | None] = mapped_column(ForeignKey("suite_jobs.id"))
     step_index: Mapped[int | None] = mapped_column(Integer)
     gate: Mapped[str | None] = mapped_column(String(200))
     role: Mapped[str] = mapped_column(String(20))

@@ -6,11 +6,12 @@ from __future__ import annotations
 
 import time
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import pytest
 import yaml
-from sqlalchemy import func, select
+from sqlalchemy import func, select, update
 
 from rolloutd.analysis.sources import MemoryMetrics
 from rolloutd.evaluation.source import SuiteFedSource
@@ -21,9 +22,9 @@ from rolloutd.reconcile import Reconciler
 from rolloutd.routers.base import MemoryRouter
 from rolloutd.sim.engine import Replica
 from rolloutd.sim.profiles import Profile
-from rolloutd.store import lease, queries
+from rolloutd.store import lease, queries, suite_jobs
 from rolloutd.store.models import GateEvaluation
-from rolloutd.store.suite_models import SuiteRun
+from rolloutd.store.suite_models import SuiteJob, SuiteRun
 from tests.twins import Clock, Twins
 
 from .conftest import EXAMPLE, start
@@ -35,7 +36,7 @@ T0 = datetime(2026, 3, 2, 9, 0, tzinfo=UTC)
 pytestmark = [pytest.mark.postgres, pytest.mark.slow]
 
 
-def _plan(stable: Replica, canary: Replica) -> dict[str, Any]:
+def _plan(stable: Replica, canary: Replica, suite: Path = EXAMPLE) -> dict[str, Any]:
     return {
         "name": "suite-gate",
         "service": "atlas-70b",
@@ -52,7 +53,7 @@ def _plan(stable: Replica, canary: Replica) -> dict[str, Any]:
         "gates": {
             "tool_args": {
                 "kind": "suite",
-                "suite": str(EXAMPLE),
+                "suite": str(suite),
                 "rule": "no_regression",
                 "concurrency": 16,
             },
@@ -74,7 +75,7 @@ def _plan(stable: Replica, canary: Replica) -> dict[str, Any]:
 class Rollout:
     """A leader's reconciler ticking one rollout of the suite plan on a fake clock."""
 
-    def __init__(self, store: StoreHandle, canary_profile: Profile) -> None:
+    def __init__(self, store: StoreHandle, canary_profile: Profile, suite: Path = EXAMPLE) -> None:
         self.store = store
         self.stable = start("exact", pool="stable")
         self.canary = start(canary_profile)
@@ -87,7 +88,7 @@ class Rollout:
         self.reconciler = Reconciler(
             store.sessions, twins, clock=self.clock, lease=lambda: held, instance="test"
         )
-        loaded = parse_plan(yaml.safe_dump(_plan(self.stable, self.canary)), "plan.yaml")
+        loaded = parse_plan(yaml.safe_dump(_plan(self.stable, self.canary, suite)), "plan.yaml")
         with store.sessions.begin() as session:
             self.id = start_rollout(session, loaded, actor="alice", now=self.clock())
 
@@ -126,8 +127,8 @@ def rollout_of(pg_store: StoreHandle) -> Any:
     store = pg_store
     opened: list[Rollout] = []
 
-    def make(profile: Profile) -> Rollout:
-        opened.append(Rollout(store, profile))
+    def make(profile: Profile, suite: Path = EXAMPLE) -> Rollout:
+        opened.append(Rollout(store, profile, suite))
         return opened[-1]
 
     yield make
@@ -142,7 +143,7 @@ def test_a_clean_canary_passes_the_shadow_suite_and_the_step_completes(rollout_o
     rollout.tick()  # starts, enters the shadow step
     rollout.tick(1)  # weight 0 verified; the suite is due
     verdict, reason, _ = rollout.evaluations("tool_args")[-1]
-    assert verdict == "pending" and "in this step yet" in reason
+    assert verdict == "pending" and "the suite's run for this step has not finished" in reason
     rollout.wait_for_runs(2)  # canary and baseline
     rollout.tick(1)
     verdict, _, evidence = rollout.evaluations("tool_args")[-1]
@@ -185,6 +186,84 @@ def test_the_suites_schema_violations_feed_the_schema_gate(rollout_of: Any) -> N
     measured = source.measure("schema_violation_rate", "canary", timedelta(hours=1), T0)
     assert measured.samples is not None and measured.samples > 1000
     assert measured.value > 0.1  # hundreds of violations among 1,300 calls
+
+
+def test_a_job_another_instance_holds_runs_here_only_once_its_claim_lapses(
+    rollout_of: Any, tmp_path: Path
+) -> None:
+    """The due run is a job: while another holder's claim is live the leader leaves it alone
+    (the gate stays pending); once the claim lapses the leader claims it (attempt 2), runs it
+    once, and the runs name the job."""
+    rollout = rollout_of("exact", short_suite(tmp_path))
+    rollout.tick()  # starts, enters the shadow step
+    with rollout.store.sessions.begin() as session:
+        job = suite_jobs.add_job(
+            session, rollout_id=rollout.id, gate="tool_args", step_index=0, due_at=rollout.clock()
+        )
+        other = suite_jobs.claim(
+            session,
+            job.id,
+            attempts=0,
+            holder="elsewhere",
+            until=rollout.clock() + timedelta(seconds=30),
+            now=rollout.clock(),
+        )
+    assert other is not None
+    rollout.tick(1)
+    verdict, reason, _ = rollout.evaluations("tool_args")[-1]
+    assert verdict == "pending" and "has not finished" in reason
+    assert job_row(rollout) == ("open", 1, "elsewhere")
+    assert rollout.runs() == 0
+
+    rollout.tick(30)  # the other claim lapsed
+    state, attempts, holder = job_row(rollout)
+    assert (state, attempts) == ("open", 2) and holder != "elsewhere"
+    rollout.wait_for_runs(2)
+    wait_until_job_done(rollout)
+    rollout.tick(1)
+    assert rollout.evaluations("tool_args")[-1][0] == "pass"
+    with rollout.store.sessions.begin() as session:
+        assert set(session.scalars(select(SuiteRun.job_id))) == {job.id}
+        assert session.scalar(select(func.count()).select_from(SuiteJob)) == 1
+
+
+def test_a_run_whose_claim_was_taken_stores_nothing(rollout_of: Any, tmp_path: Path) -> None:
+    """A run that loses its job (another instance claimed it after the claim lapsed) finishes
+    its requests but writes no run and does not end the job."""
+    rollout = rollout_of("exact", short_suite(tmp_path, 60))
+    rollout.tick()
+    rollout.tick(1)  # claimed and started here
+    with rollout.store.sessions.begin() as session:
+        session.execute(
+            update(SuiteJob).values(acquired_by="elsewhere", attempts=SuiteJob.attempts + 1)
+        )
+    deadline = time.monotonic() + 60
+    while not all(run.future.done() for run in rollout.reconciler.suites._runs.values()):
+        assert time.monotonic() < deadline, "the run did not end"
+        time.sleep(0.05)
+    assert rollout.runs() == 0
+    assert job_row(rollout) == ("open", 2, "elsewhere")
+
+
+def short_suite(root: Path, cases: int = 30) -> Path:
+    """The example suite's first cases, for tests about when a suite runs, not what it finds."""
+    path = root / "short.jsonl"
+    path.write_text("".join(EXAMPLE.read_text().splitlines(keepends=True)[:cases]))
+    return path
+
+
+def job_row(rollout: Rollout) -> tuple[str, int, str | None]:
+    """The rollout's one suite job: state, claims, holder."""
+    with rollout.store.sessions.begin() as session:
+        (job,) = session.scalars(select(SuiteJob)).all()
+        return job.state, job.attempts, job.acquired_by
+
+
+def wait_until_job_done(rollout: Rollout) -> None:
+    deadline = time.monotonic() + 30
+    while job_row(rollout)[0] != "done":
+        assert time.monotonic() < deadline, "the job was not marked done"
+        time.sleep(0.05)
 
 
 def rollout_progress(rollout: Rollout) -> Progress:

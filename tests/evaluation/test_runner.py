@@ -2,16 +2,26 @@
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import json
+import time
 from collections import Counter
+from collections.abc import AsyncIterator
 from datetime import UTC, datetime, timedelta
 
 import httpx
+import pytest
 
 from rolloutd.evaluation.compare import Call, score_case
 from rolloutd.evaluation.results import RunSummary
-from rolloutd.evaluation.runner import RunnerOptions, public_endpoint, run_suite
+from rolloutd.evaluation.runner import (
+    RunAbandoned,
+    RunnerOptions,
+    public_endpoint,
+    run_suite,
+    run_suite_async,
+)
 from rolloutd.evaluation.suite import Suite
 from tests.evaluation.conftest import SIM, start
 
@@ -193,3 +203,57 @@ def test_a_run_is_stamped_by_the_clock_it_is_given(example_suite: Suite) -> None
         clock=lambda: next(times),
     )
     assert (run.started_at, run.finished_at) == (past, past + timedelta(minutes=5))
+
+
+def test_a_withdrawn_permit_abandons_the_run_before_the_next_request(
+    example_suite: Suite,
+) -> None:
+    """The permit is asked before the run and before every request, with the request's
+    timeout; once it says no, the run raises and sends nothing more."""
+    asked: list[float] = []
+    sent = Counter[str]()
+
+    async def answer(request: httpx.Request) -> httpx.Response:
+        sent[request.url.path] += 1
+        return httpx.Response(200, json={"choices": [{"message": {"content": "no"}}]})
+
+    def permit(timeout_s: float) -> bool:
+        asked.append(timeout_s)
+        return len(asked) <= 4  # the run's start, then three requests
+
+    suite = dataclasses.replace(example_suite, cases=example_suite.cases[:10])
+    options = RunnerOptions(model="m", concurrency=1, timeout_s=7.0)
+    with pytest.raises(RunAbandoned):
+        asyncio.run(
+            run_suite_async(
+                suite,
+                "http://e",
+                options=options,
+                transport=httpx.MockTransport(answer),
+                permit=permit,
+            )
+        )
+    assert sent["/v1/chat/completions"] == 3
+    assert set(asked) == {7.0}
+
+
+def test_a_slowly_dripping_answer_is_cut_at_the_request_timeout(example_suite: Suite) -> None:
+    """httpx's timeout bounds each read; the whole request is bounded too, so an answer that
+    trickles in byte by byte cannot outlast the timeout a permit was given for."""
+
+    class Drip(httpx.AsyncByteStream):
+        async def __aiter__(self) -> AsyncIterator[bytes]:
+            while True:
+                await asyncio.sleep(0.05)
+                yield b" "
+
+    async def trickle(request: httpx.Request) -> httpx.Response:
+        return httpx.Response(200, stream=Drip())
+
+    suite = dataclasses.replace(example_suite, cases=example_suite.cases[:1])
+    options = RunnerOptions(model="m", timeout_s=0.5, retries=0)
+    started = time.monotonic()
+    run = run_suite(suite, "http://e", options=options, transport=httpx.MockTransport(trickle))
+    assert time.monotonic() - started < 5.0
+    (case,) = run.cases
+    assert case.outcome == "request_error" and "timed out after 0.5s" in (case.error or "")
