@@ -77,6 +77,8 @@ def hit(name: str) -> None:
         if action == "stop-once":
             del _armed[name]
     if action in ("stop", "stop-once"):
-        os.kill(os.getpid(), signal.SIGSTOP)
+        # Directed at this thread, which stops before it returns from the call; a SIGSTOP
+        # sent to the process is taken by another thread, and this one runs on meanwhile.
+        signal.pthread_kill(threading.get_ident(), signal.SIGSTOP)
     elif action == "raise":
         raise FailpointError(f"failpoint {name}")
