@@ -168,6 +168,7 @@ class Daemon:
         self._wakeups: set[int] = set()
         self._wakeups_lock = threading.Lock()
         self._ended: set[int] = set()  # rollouts whose job the main loop is to remove
+        self._retry: set[int] = set()  # rollouts whose abandoned tick is to run again soon
         self._lock_file: Any = None
         self._health: HealthServer | None = None
         port = settings.health_port if health_port is None else health_port
@@ -238,15 +239,16 @@ class Daemon:
             try:
                 with transaction(self.sessions) as session:
                     now = self.wall()
-                    lease.release(session, self.held, now=now)
-                    self._daemon_event(session, "leader_released", "gave up leadership", now)
-                    enqueue_leadership_alert(
-                        session,
-                        change="released",
-                        instance=self.instance,
-                        epoch=self.held.epoch,
-                        now=now,
-                    )
+                    # A lease that expired meanwhile is another's business: nothing to record.
+                    if lease.release(session, self.held, now=now):
+                        self._daemon_event(session, "leader_released", "gave up leadership", now)
+                        enqueue_leadership_alert(
+                            session,
+                            change="released",
+                            instance=self.instance,
+                            epoch=self.held.epoch,
+                            now=now,
+                        )
             except (RolloutdError, SQLAlchemyError) as exc:
                 log.warning("could not release the lease; it expires by itself", error=str(exc))
             self.held = None
@@ -512,6 +514,11 @@ class Daemon:
                     id=job_id,
                     next_run_time=self.wall(),
                 )
+        with self._wakeups_lock:
+            retry, self._retry = self._retry, set()
+        for rollout_id in retry:
+            with contextlib.suppress(JobLookupError):
+                self.scheduler.modify_job(f"tick-{rollout_id}", next_run_time=self.wall())
 
     # -- the wall clock ---------------------------------------------------------------------
 
@@ -590,11 +597,10 @@ class Daemon:
         except (NotLeading, StaleWrite) as exc:
             bound.warning("tick abandoned: not leading", error=str(exc))
             # A command's wake-up must not be lost to a lease renewal in flight: try again soon.
-            if self.held is not None:
-                with contextlib.suppress(JobLookupError):
-                    self.scheduler.modify_job(
-                        f"tick-{rollout_id}", next_run_time=self.wall() + timedelta(seconds=1)
-                    )
+            # The main loop reschedules it: a job thread that calls the scheduler while
+            # ``shutdown(wait=True)`` holds its lock and joins the job threads deadlocks.
+            with self._wakeups_lock:
+                self._retry.add(rollout_id)
         except RolloutdError as exc:
             bound.error("tick failed", error=str(exc))
         except SQLAlchemyError as exc:

@@ -80,13 +80,22 @@ def renew(session: Session, held: Held, *, ttl: timedelta, now: datetime) -> Hel
     return Held(held.name, held.holder, held.epoch, now + ttl) if renewed == 1 else None
 
 
-def release(session: Session, held: Held, *, now: datetime) -> None:
-    """Give the lease up at once, so a standby need not wait for it to expire."""
-    session.execute(
+def release(session: Session, held: Held, *, now: datetime) -> bool:
+    """Give the lease up at once, so a standby need not wait for it to expire.
+
+    :returns: whether it was still ours to give up (held, and not expired).
+    """
+    result = session.execute(
         update(Lease)
-        .where(Lease.name == held.name, Lease.holder == held.holder, Lease.epoch == held.epoch)
+        .where(
+            Lease.name == held.name,
+            Lease.holder == held.holder,
+            Lease.epoch == held.epoch,
+            Lease.expires_at > now,
+        )
         .values(expires_at=now)
     )
+    return _rowcount(result) == 1
 
 
 def holder_of(session: Session, *, now: datetime, name: str = LEADER) -> Lease | None:
