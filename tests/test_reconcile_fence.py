@@ -15,12 +15,15 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 import pytest
+import yaml
 
+from rolloutd.operations import start_rollout
+from rolloutd.planfile import parse_plan
 from rolloutd.reconcile import NotLeading
 from rolloutd.routers import deadline
 from rolloutd.routers.base import MemoryRouter, RouterState
 from rolloutd.routers.filedriver import FileRouter
-from tests.test_reconcile import Harness
+from tests.test_reconcile import PLAN, Harness
 
 if TYPE_CHECKING:
     from conftest import StoreHandle
@@ -112,6 +115,23 @@ def test_a_rollout_ended_before_the_window_is_left_alone(store: StoreHandle) -> 
     h = _rolled_back(store, router)
     h.clock.advance(seconds=h.reconciler.watch_window(router).total_seconds() + 1)
     router.set_weight(30)
+    result = h.reconciler.tick(h.rollout_id)
+    assert not result.watching
+    assert router.read_weight() == RouterState(30)
+    assert "drift" not in h.events()
+
+
+def test_an_ended_rollout_leaves_the_router_to_the_next_rollout_of_its_service(
+    store: StoreHandle,
+) -> None:
+    """Within the window, a newer rollout of the same service and environment owns the
+    router: the ended one stops watching rather than fight it back to its final weight."""
+    router = MemoryRouter()
+    h = _rolled_back(store, router)
+    with store.sessions.begin() as session:
+        loaded = parse_plan(yaml.safe_dump(PLAN), "plan.yaml")
+        start_rollout(session, loaded, actor="bob", now=h.clock())
+    router.set_weight(30)  # the next rollout's step
     result = h.reconciler.tick(h.rollout_id)
     assert not result.watching
     assert router.read_weight() == RouterState(30)

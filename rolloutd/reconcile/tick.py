@@ -99,12 +99,14 @@ class Reconciler:
             plan = plan_of(rollout)
             progress = Progress.from_storage(rollout.progress)
             owed = [Attempt.of(a) for a in queries.open_actions(session, rollout_id)]
+            succeeded = progress.ended is not None and queries.has_successor(session, rollout)
         router = self._router(rollout_id, plan)
         # Replay what is owed besides weights (alerts, redeploys, verifications): an ended
         # rollout may still owe its final alert after a crash. Weights converge below.
         performed = self._perform(rollout_id, plan, router, owed, None, bound)
         if progress.ended is not None:
-            watching = self._watching(progress, router, now)
+            # A newer rollout of the service owns the router now: never fight it.
+            watching = not succeeded and self._watching(progress, router, now)
             if watching:
                 # An ex-leader's late router write may still land: keep the final fact served.
                 self._converge(rollout_id, plan, desired_of(plan, progress), router, bound)

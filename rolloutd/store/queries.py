@@ -89,3 +89,14 @@ def ended_since(session: Session, since: datetime) -> list[Rollout]:
     later: the ones whose router the leader still keeps verified."""
     query = select(Rollout).where(~Rollout.active, Rollout.updated_at >= since)
     return list(session.scalars(query.order_by(Rollout.id)))
+
+
+def has_successor(session: Session, rollout: Rollout) -> bool:
+    """Whether a newer rollout of the same service and environment exists: it owns the
+    router now, and the ended ``rollout`` must stop keeping it at its final weight."""
+    newer = select(Rollout.id).where(
+        Rollout.service == rollout.service,
+        Rollout.environment == rollout.environment,
+        Rollout.id > rollout.id,
+    )
+    return session.scalar(newer.limit(1)) is not None
