@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import json
 import os
+import random
 import signal
 import subprocess
 import time
@@ -39,6 +40,18 @@ LEASE_TTL_SECONDS = 3.0
 LOOP_SECONDS = 1.0  # the daemon's main-loop period: how often a standby tries to lead
 START_TIMEOUT = 30.0  # importing rolloutd takes 1-2 s on a busy CI host; leave room
 WAIT = 15.0  # the deadline for anything a test waits for without timing it
+
+
+def takeover_bound(ttl: float) -> float:
+    """How soon a standby leads after the leader's last renewal, at lease TTL ``ttl``.
+
+    A standby tries to lead once per main-loop turn, so it may find the lease expired up to
+    one loop after the TTL; the rest is polling /healthz and a busy CI host.
+    """
+    return ttl + LOOP_SECONDS + 1.0
+
+
+TAKEOVER_BOUND = takeover_bound(LEASE_TTL_SECONDS)
 
 T = TypeVar("T")
 
@@ -295,6 +308,41 @@ def application_name(instance: str) -> str:
     return f"rolloutd-{instance}"
 
 
+def start_with_failpoints(
+    pool: Daemons, name: str, failpoints: str, *, ttl: float | None = None
+) -> Daemon:
+    """Start ``rolloutd run`` on ``pool``'s Postgres database as :meth:`Daemons.start` does,
+    with ``ROLLOUTD_FAILPOINTS`` set to ``failpoints`` (see ``rolloutd.failpoints``)."""
+    url = (
+        make_url(pool.url)
+        .update_query_dict({"application_name": application_name(name)})
+        .render_as_string(hide_password=False)
+    )
+    env = daemon_env(url, name, ttl=pool.ttl if ttl is None else ttl)
+    env["ROLLOUTD_FAILPOINTS"] = failpoints
+    daemon = Daemon(name, env, pool.workdir / f"rolloutd-{name}-{len(pool.spawned)}.log")
+    pool.spawned.append(daemon)
+    return daemon
+
+
+def process_state(pid: int) -> str:
+    """The state letter of process ``pid`` in ``/proc/PID/stat`` (``T``: stopped by a signal)."""
+    stat = Path(f"/proc/{pid}/stat").read_text()
+    return stat.rsplit(")", 1)[1].split()[0]
+
+
+def wait_frozen(daemon: Daemon, timeout: float = WAIT) -> None:
+    """Wait until ``daemon``'s process is stopped (state ``T``), by a SIGSTOP from outside or
+    one it sent itself at a failpoint; from then on :meth:`Daemon.resume` continues it."""
+    wait_until(
+        lambda: process_state(daemon.pid) == "T",
+        timeout,
+        f"rolloutd {daemon.name} to be stopped",
+        interval=0.01,
+    )
+    daemon.stopped = True
+
+
 # -- one rollout's files ----------------------------------------------------------------------
 
 
@@ -476,3 +524,34 @@ class Db:
     def close(self) -> None:
         """Close the connections."""
         self.engine.dispose()
+
+
+# -- freezing a leader ------------------------------------------------------------------------
+
+
+def wait_lease_renewed(db: Db) -> None:
+    """Return just after the lease holder renewed its lease."""
+    renewed = db.scalar("SELECT renewed_at FROM leases")
+    wait_until(
+        lambda: db.scalar("SELECT renewed_at FROM leases") != renewed,
+        WAIT,
+        "the leader to renew its lease",
+        interval=0.01,
+    )
+
+
+def pause_outside_writes(daemon: Daemon, db: Db, rng: random.Random) -> None:
+    """SIGSTOP ``daemon`` at a moment when none of its transactions holds the lease row.
+
+    Every fenced write of a leader, and every renewal, locks the lease row first, so a daemon
+    stopped without that lock has none of them in flight. One stopped inside a write holds
+    the row until the server ends its idle transaction, which delays the takeover instead.
+    """
+    for _ in range(500):
+        daemon.pause()
+        wait_frozen(daemon, 5.0)
+        if not db.holds_lease_lock(daemon.name):
+            return
+        daemon.resume()
+        time.sleep(rng.uniform(0.005, 0.05))
+    raise AssertionError(f"rolloutd {daemon.name} always held the lease lock")

@@ -14,8 +14,7 @@ from pathlib import Path
 import pytest
 
 from .helpers import (
-    LEASE_TTL_SECONDS,
-    LOOP_SECONDS,
+    TAKEOVER_BOUND,
     WAIT,
     Daemons,
     Db,
@@ -26,8 +25,6 @@ from .helpers import (
 )
 
 pytestmark = pytest.mark.postgres
-
-TAKEOVER_BOUND = LEASE_TTL_SECONDS + LOOP_SECONDS + 1.0
 
 
 def test_a_new_leader_repairs_a_late_write_to_a_rolled_back_rollouts_router(

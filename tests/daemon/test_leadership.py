@@ -22,8 +22,8 @@ from sqlalchemy import text
 from .helpers import (
     FULL,
     LEASE_TTL_SECONDS,
-    LOOP_SECONDS,
     PAUSE,
+    TAKEOVER_BOUND,
     WAIT,
     Daemon,
     Daemons,
@@ -36,10 +36,6 @@ from .helpers import (
 )
 
 pytestmark = pytest.mark.postgres
-
-# A standby tries to lead once per main-loop turn, so it may find the lease expired up to one
-# loop after the TTL; the rest is polling /healthz and a busy CI host.
-TAKEOVER_BOUND = LEASE_TTL_SECONDS + LOOP_SECONDS + 1.0
 
 
 def start_rollouts(db: Db, root: Path, names: list[str], steps: list[dict[str, Any]]) -> list[int]:
