@@ -35,7 +35,7 @@ from pydantic import SecretStr
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from rolloutd.daemon import Daemon
+from rolloutd.daemon.service import Daemon
 from rolloutd.deploy.catalog import build_set, pin
 from rolloutd.deploy.executors import build_executor
 from rolloutd.operations import start_rollout

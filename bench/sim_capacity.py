@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import argparse
 
-from rolloutd.capacity import GB, REFERENCE_DEPLOYMENT, max_seq_len_for, plan
+from rolloutd.core.capacity import GB, REFERENCE_DEPLOYMENT, max_seq_len_for, plan
 from rolloutd.sim.config import REFERENCE_CANARY, REFERENCE_STABLE, EngineConfig
 from rolloutd.sim.engine import Replica
 from rolloutd.sim.traffic import TrafficGenerator, TrafficReport

@@ -12,11 +12,9 @@ from typing import Protocol
 
 from rolloutd.analysis.base import MetricsSource
 from rolloutd.analysis.sources import FileMetrics, MemoryMetrics
+from rolloutd.core.plan import FileRouterSpec, MemoryRouterSpec, Plan
 from rolloutd.deploy.base import Executor
 from rolloutd.errors import PermanentError
-from rolloutd.plan import FileRouter as FileRouterSpec
-from rolloutd.plan import MemoryRouter as MemoryRouterSpec
-from rolloutd.plan import Plan
 from rolloutd.routers.base import MemoryRouter, Router
 from rolloutd.routers.filedriver import FileRouter
 
@@ -78,8 +76,7 @@ class PlanDrivers:
             return MemoryRouter()
         if isinstance(spec, FileRouterSpec):
             return FileRouter(spec.path, session_header=spec.session_header)
-        from rolloutd.plan import HAProxyRouter as HAProxyRouterSpec
-        from rolloutd.plan import NginxRouter as NginxRouterSpec
+        from rolloutd.core.plan import HAProxyRouterSpec, NginxRouterSpec
 
         if isinstance(spec, HAProxyRouterSpec):
             from rolloutd.routers.haproxy import HAProxyRouter

@@ -3,7 +3,7 @@
 Retry later (:class:`TemporaryError`), give up (:class:`PermanentError`), tell the
 user their input is wrong (:class:`BadInput`, which carries file and field), or
 refuse an operation that makes no sense in the current state (:class:`Refused`).
-The CLI turns each into an exit code at one boundary (see ``rolloutd.cli_errors``).
+The CLI turns each into an exit code at one boundary (see ``rolloutd.cli.errors``).
 """
 
 from __future__ import annotations

@@ -13,16 +13,14 @@ from typing import Any
 
 from sqlalchemy.orm import Session
 
-from rolloutd.actions import CommandKind
+from rolloutd.core.actions import CommandKind
+from rolloutd.core.machine import refusal, state_of
+from rolloutd.core.plan import Plan
+from rolloutd.core.progress import Progress, State
 from rolloutd.errors import Refused
-from rolloutd.machine import refusal, state_of
-from rolloutd.plan import Plan
 from rolloutd.planfile import LoadedPlan, parse_plan
-from rolloutd.progress import Progress, State
 from rolloutd.store import queries
 from rolloutd.store.models import Rollout
-
-ACTIVE_STATES = frozenset(State) - {State.COMPLETED, State.ROLLED_BACK, State.ABORTED, State.FAILED}
 
 
 def start_rollout(session: Session, loaded: LoadedPlan, *, actor: str, now: datetime) -> int:

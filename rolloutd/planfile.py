@@ -19,8 +19,8 @@ from typing import TYPE_CHECKING, Any
 import yaml
 from pydantic import ValidationError
 
+from rolloutd.core.plan import CompareGate, LatencyGate, Plan, plan_problems, plan_warnings
 from rolloutd.errors import BadInput, Problem
-from rolloutd.plan import CompareGate, LatencyGate, Plan, plan_problems, plan_warnings
 
 if TYPE_CHECKING:
     from rolloutd.analysis.templates import Templates

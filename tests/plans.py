@@ -2,7 +2,7 @@
 
 Plan builders return plain dicts, the shape an operator writes, so a test changes only the
 field it is about and turns the result into YAML. :class:`World` plays the daemon's part
-around :func:`rolloutd.machine.decide`: it performs the returned actions on a fake router
+around :func:`rolloutd.core.machine.decide`: it performs the returned actions on a fake router
 and reports what it saw on the next tick. Time only moves when a test says so.
 """
 
@@ -19,7 +19,7 @@ from typing import Any
 
 import yaml
 
-from rolloutd.actions import (
+from rolloutd.core.actions import (
     Action,
     Command,
     CommandKind,
@@ -28,11 +28,11 @@ from rolloutd.actions import (
     SetWeight,
     Verdict,
 )
+from rolloutd.core.machine import Decision, decide, state_of
+from rolloutd.core.plan import Plan
+from rolloutd.core.progress import Progress, State
 from rolloutd.errors import BadInput, Problem
-from rolloutd.machine import Decision, decide, state_of
-from rolloutd.plan import Plan
 from rolloutd.planfile import load_plan, parse_plan
-from rolloutd.progress import Progress, State
 
 REPO = Path(__file__).resolve().parents[1]
 EXAMPLE_PATH = REPO / "config" / "plans" / "atlas-70b-maxseq8192.yaml"
@@ -88,6 +88,66 @@ def small_dict() -> dict[str, Any]:
         ],
         "rollback": {"triggers": ["crash"]},
     }
+
+
+def memory_plan(
+    *,
+    name: str = "atlas-small",
+    service: str = "atlas-70b",
+    environment: str = "staging",
+    gate: str = "timeouts",
+    interval: str = "30s",
+    trigger_interval: str = "5s",
+    steps: Sequence[Mapping[str, Any]] | None = None,
+    triggers: Sequence[str] = ("oom",),
+    **extra: Any,
+) -> dict[str, Any]:
+    """The reference change on the memory twins: canary 5% and 25% (48 h bakes) judged on the
+    queue-timeout rate (``gate``), a pause, full; OOM events roll back. ``extra`` adds or
+    replaces top-level sections (limits, alerts, ...)."""
+    judged = [gate] if gate else []
+    plan: dict[str, Any] = {
+        "name": name,
+        "service": service,
+        "environment": environment,
+        "pools": {
+            "stable": {"replicas": [{"name": "s0", "url": "http://127.0.0.1:9"}]},
+            "canary": {"replicas": [{"name": "c0", "url": "http://127.0.0.1:9"}]},
+        },
+        "router": {"driver": "memory"},
+        "metrics": {"source": "memory"},
+        "artefacts": {"stable": "fp8-msl32768", "canary": "fp8-msl8192"},
+        "interval": interval,
+        "trigger_interval": trigger_interval,
+        "gates": {
+            **(
+                {
+                    gate: {
+                        "kind": "threshold",
+                        "signal": "queue_timeout_rate",
+                        "max": 0.01,
+                        "min_samples": 100,
+                    }
+                }
+                if gate
+                else {}
+            ),
+            "oom": {"kind": "events", "signal": "oom_events"},
+        },
+        "steps": [
+            dict(step)
+            for step in steps
+            or (
+                {"kind": "canary", "weight": 5, "bake": "48h", "gates": judged},
+                {"kind": "canary", "weight": 25, "bake": "48h", "gates": judged},
+                {"kind": "pause"},
+                {"kind": "full"},
+            )
+        ],
+        "rollback": {"triggers": list(triggers)},
+    }
+    plan.update(extra)
+    return plan
 
 
 def to_yaml(data: Mapping[str, Any]) -> str:

@@ -11,8 +11,8 @@ import pytest
 from pydantic import SecretStr
 
 from rolloutd import redact
-from rolloutd.cli_errors import BAD_INPUT, run_cli
-from rolloutd.daemon_cli import cli
+from rolloutd.cli.daemon import cli
+from rolloutd.cli.errors import BAD_INPUT, run_cli
 from rolloutd.errors import BadInput
 from rolloutd.settings import RELOADABLE, Settings, load_settings, needs_restart, variable
 

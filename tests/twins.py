@@ -6,9 +6,9 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta
 
 from rolloutd.analysis.base import MetricsSource
+from rolloutd.core.plan import Plan
 from rolloutd.deploy.base import Executor
 from rolloutd.deploy.executors import build_executor
-from rolloutd.plan import Plan
 from rolloutd.routers.base import Router
 
 T0 = datetime(2025, 3, 3, 9, 0, tzinfo=UTC)

@@ -14,12 +14,12 @@ from typing import Any
 
 from sqlalchemy.orm import Session
 
-from rolloutd.actions import CommandKind
 from rolloutd.alerts.slack import AlertFacts, build_message, graph_url
-from rolloutd.machine import refusal
+from rolloutd.core.actions import CommandKind
+from rolloutd.core.machine import refusal
+from rolloutd.core.plan import AlertChannel, Alerts, Plan
+from rolloutd.core.progress import Progress
 from rolloutd.operations import plan_of
-from rolloutd.plan import AlertChannel, Alerts, Plan
-from rolloutd.progress import Progress
 from rolloutd.store import queries
 from rolloutd.store.models import Rollout
 from rolloutd.store.outbox import enqueue_message

@@ -12,8 +12,8 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any, Literal, Protocol
 
-from rolloutd.actions import GateResult, Verdict
-from rolloutd.plan import Plan
+from rolloutd.core.actions import GateResult, Verdict
+from rolloutd.core.plan import Plan
 
 Pool = Literal["canary", "stable"]
 Role = Literal["step", "trigger"]

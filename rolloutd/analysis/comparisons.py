@@ -35,7 +35,6 @@ from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import Any
 
-from rolloutd.actions import Verdict
 from rolloutd.analysis.base import Evaluation, Judging, Measurement, MeasurementError, finite
 from rolloutd.analysis.quantiles import compare_latency
 from rolloutd.analysis.sequential import Segment, SequentialResult, rate_ratio_test
@@ -49,7 +48,8 @@ from rolloutd.analysis.stratified import (
     stratified_test,
     total,
 )
-from rolloutd.plan import CapacityGate, CompareGate, GateSpec, LatencyGate
+from rolloutd.core.actions import Verdict
+from rolloutd.core.plan import CapacityGate, CompareGate, GateSpec, LatencyGate
 
 CAPACITY_INVALID = "the capacity analysis is invalid: rerun it before scaling further"
 

@@ -18,12 +18,12 @@ from collections.abc import Callable
 from dataclasses import replace
 from datetime import timedelta
 
-from rolloutd.actions import Verdict
 from rolloutd.analysis.base import Evaluation, Judging, MeasurementError, finite
 from rolloutd.analysis.comparisons import judge_capacity, judge_compare, judge_latency
 from rolloutd.analysis.load import measure_load
-from rolloutd.durations import format_duration
-from rolloutd.plan import (
+from rolloutd.core.actions import Verdict
+from rolloutd.core.durations import format_duration
+from rolloutd.core.plan import (
     QUEUE_TIMEOUT_SIGNALS,
     CompareGate,
     EventsGate,

@@ -20,7 +20,7 @@ from typing import Any, Literal
 
 from rolloutd.analysis.base import MeasurementError, MetricsSource, Pool
 from rolloutd.analysis.templates import CAPACITY_SIGNALS
-from rolloutd.plan import CapacityGate, Plan, SuiteGate
+from rolloutd.core.plan import CapacityGate, Plan, SuiteGate
 
 Found = Literal["ok", "no data yet", "absent"]
 POOLS: tuple[Pool, ...] = ("canary", "stable")

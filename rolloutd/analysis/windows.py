@@ -12,8 +12,8 @@ from collections.abc import Mapping
 from datetime import datetime, timedelta
 
 from rolloutd.analysis.base import FinalWindow, Role
-from rolloutd.plan import Plan
-from rolloutd.progress import Progress
+from rolloutd.core.plan import Plan
+from rolloutd.core.progress import Progress
 
 
 def earlier_windows(

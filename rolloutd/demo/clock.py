@@ -16,7 +16,3 @@ class ScaledClock:
 
     def __call__(self) -> datetime:
         return self.start + timedelta(seconds=(time.monotonic() - self._origin) * self.speed)
-
-    def real_seconds(self, simulated: timedelta) -> float:
-        """How long ``simulated`` time takes on the wall clock."""
-        return simulated.total_seconds() / self.speed

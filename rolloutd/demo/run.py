@@ -22,7 +22,8 @@ from pydantic import SecretStr
 from sqlalchemy.orm import Session, sessionmaker
 
 from rolloutd.analysis.base import MetricsSource
-from rolloutd.daemon import Daemon
+from rolloutd.core.plan import Plan
+from rolloutd.daemon.service import Daemon
 from rolloutd.demo.clock import ScaledClock
 from rolloutd.demo.plan import ENGINE_CONFIGS, demo_plan_yaml
 from rolloutd.demo.scenarios import Scenario
@@ -30,7 +31,6 @@ from rolloutd.demo.splitter import Splitter
 from rolloutd.deploy.base import Executor
 from rolloutd.deploy.executors import build_executor
 from rolloutd.operations import history_view, start_rollout, status_view, submit_command
-from rolloutd.plan import Plan
 from rolloutd.planfile import load_plan
 from rolloutd.routers.base import Router
 from rolloutd.routers.filedriver import FileRouter

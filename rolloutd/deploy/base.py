@@ -13,8 +13,8 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from typing import Any, Protocol
 
+from rolloutd.core.plan import Replica
 from rolloutd.deploy.artefacts import PinnedSet
-from rolloutd.plan import Replica
 
 Clock = Callable[[], float]
 Sleep = Callable[[float], None]

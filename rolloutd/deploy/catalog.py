@@ -36,7 +36,7 @@ from rolloutd.store.models import ArtefactSet
 if TYPE_CHECKING:
     from sqlalchemy.orm import Session
 
-    from rolloutd.plan import Plan
+    from rolloutd.core.plan import Plan
 
 MAX_CONFIG_BYTES = 1024 * 1024
 NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,99}$"

@@ -23,6 +23,8 @@ from typing import IO
 
 import httpx
 
+from rolloutd.core.plan import CommandExecutor as CommandSpec
+from rolloutd.core.plan import Replica
 from rolloutd.deploy.artefacts import PinnedSet
 from rolloutd.deploy.base import Clock, DeployResult, Sleep, Stopwatch, Verification
 from rolloutd.deploy.verify import (
@@ -34,8 +36,6 @@ from rolloutd.deploy.verify import (
     verdict,
     wait_until_ok,
 )
-from rolloutd.plan import CommandExecutor as CommandSpec
-from rolloutd.plan import Replica
 from rolloutd.redact import scrub
 
 TAIL_BYTES = 4096

@@ -19,10 +19,10 @@ from typing import TYPE_CHECKING, Any
 
 from sqlalchemy import select
 
+from rolloutd.core.plan import Plan
 from rolloutd.deploy.artefacts import PinnedSet
 from rolloutd.deploy.base import Clock, DeployResult, Executor, Verification
 from rolloutd.deploy.catalog import find_set
-from rolloutd.plan import Plan
 from rolloutd.store.artefact_models import DeployRecord, Drill
 
 if TYPE_CHECKING:

@@ -6,10 +6,10 @@ live in ``command`` and ``triton``. See ``rolloutd.deploy.base`` for the contrac
 
 from __future__ import annotations
 
+from rolloutd.core.plan import CommandExecutor, Plan, Replica, Role, TritonExecutor
 from rolloutd.deploy.artefacts import PinnedSet
 from rolloutd.deploy.base import DeployResult, Executor, Verification
 from rolloutd.errors import BadInput
-from rolloutd.plan import CommandExecutor, Plan, Replica, Role, TritonExecutor
 
 __all__ = ["DeployResult", "Executor", "NullDeployer", "Verification", "build_executor"]
 

@@ -9,9 +9,9 @@ from __future__ import annotations
 
 import threading
 
+from rolloutd.core.plan import Replica
 from rolloutd.deploy.artefacts import PinnedSet
 from rolloutd.deploy.base import DeployResult, Verification
-from rolloutd.plan import Replica
 
 
 class MemoryExecutor:

@@ -16,6 +16,8 @@ from typing import Any
 
 import httpx
 
+from rolloutd.core.plan import Replica, Role
+from rolloutd.core.plan import TritonExecutor as TritonSpec
 from rolloutd.deploy.artefacts import PinnedSet
 from rolloutd.deploy.base import Clock, DeployResult, Sleep, Stopwatch, Verification
 from rolloutd.deploy.verify import (
@@ -27,8 +29,6 @@ from rolloutd.deploy.verify import (
     verdict,
     wait_until_ok,
 )
-from rolloutd.plan import Replica, Role
-from rolloutd.plan import TritonExecutor as TritonSpec
 
 DIGEST_PARAMETER = "artefact_digest"
 SET_PARAMETER = "artefact_set"

@@ -16,9 +16,9 @@ from typing import Any, Literal
 
 import httpx
 
+from rolloutd.core.plan import TEMPLATE_FIELDS, Replica
 from rolloutd.deploy.artefacts import PinnedSet, verify_directory
 from rolloutd.deploy.base import Sleep, Stopwatch, Verification
-from rolloutd.plan import TEMPLATE_FIELDS, Replica
 
 Flavor = Literal["vllm", "triton"]
 HEALTH_PATHS: dict[Flavor, str] = {"vllm": "/health", "triton": "/v2/health/ready"}

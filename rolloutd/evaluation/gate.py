@@ -32,8 +32,9 @@ from dataclasses import replace
 from datetime import datetime
 from typing import Any
 
-from rolloutd.actions import Verdict
 from rolloutd.analysis.base import Evaluation, Role
+from rolloutd.core.actions import Verdict
+from rolloutd.core.plan import SuiteGate
 from rolloutd.evaluation.results import FieldTally, RunSummary
 from rolloutd.evaluation.statistics import (
     PairedCounts,
@@ -45,7 +46,6 @@ from rolloutd.evaluation.statistics import (
     spent_alpha,
     worse_p_value,
 )
-from rolloutd.plan import SuiteGate
 
 WHOLE_CALL = "(whole call)"
 """The row of the per-field table that tests whole calls."""
@@ -162,11 +162,6 @@ def suite_due(
             return True
         return step_entered_at is None or now - step_entered_at >= spec.every
     return spec.every is not None and now - last_run_at >= spec.every
-
-
-def next_run_at(spec: SuiteGate, last_run_at: datetime) -> datetime | None:
-    """When the suite is due again after a run at ``last_run_at`` (None: not in this step)."""
-    return None if spec.every is None else last_run_at + spec.every
 
 
 def field_table(baseline: RunSummary, canary: RunSummary, alpha: float) -> list[dict[str, Any]]:

@@ -18,7 +18,6 @@ from typing import Any, Literal
 from rolloutd.evaluation.compare import CASE_OUTCOMES, FIELD_OUTCOMES, CaseResult
 
 RunRole = Literal["canary", "baseline"]
-RUN_ROLES: tuple[RunRole, ...] = ("canary", "baseline")
 
 
 @dataclass(frozen=True)

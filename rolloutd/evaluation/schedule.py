@@ -33,16 +33,16 @@ from typing import Protocol, TypeVar
 
 from sqlalchemy.orm import Session, sessionmaker
 
-from rolloutd.actions import Verdict
 from rolloutd.analysis.base import Evaluation, Role
 from rolloutd.clock import utc_now
+from rolloutd.core.actions import Verdict
+from rolloutd.core.plan import Plan, SuiteGate
 from rolloutd.errors import BadInput
 from rolloutd.evaluation import records
 from rolloutd.evaluation.gate import combine, judge_suite
 from rolloutd.evaluation.results import RunRole, RunSummary
 from rolloutd.evaluation.runner import RunAbandoned, RunnerOptions, run_suite_async
 from rolloutd.evaluation.suite import Suite, load_suite
-from rolloutd.plan import Plan, SuiteGate
 from rolloutd.store.db import transaction
 
 T = TypeVar("T")

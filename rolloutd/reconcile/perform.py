@@ -22,9 +22,9 @@ from sqlalchemy.orm import Session
 
 from rolloutd import failpoints, retry
 from rolloutd.alerts.enqueue import enqueue_rollout_alert
+from rolloutd.core.plan import Plan
 from rolloutd.drivers import Drivers
 from rolloutd.errors import NotFound, PermanentError, RolloutdError, TemporaryError
-from rolloutd.plan import Plan
 from rolloutd.reconcile.shell import NotLeading, Shell
 from rolloutd.routers import deadline
 from rolloutd.routers.base import Router

@@ -12,10 +12,10 @@ from typing import Any
 
 from sqlalchemy.orm import Session
 
-from rolloutd.actions import Command, GateResult, Verdict
 from rolloutd.analysis.base import Evaluation
-from rolloutd.plan import Plan
-from rolloutd.progress import Progress
+from rolloutd.core.actions import Command, GateResult, Verdict
+from rolloutd.core.plan import Plan
+from rolloutd.core.progress import Progress
 from rolloutd.store import queries
 from rolloutd.store.models import Rollout
 

@@ -29,11 +29,11 @@ import structlog
 from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.orm import Session
 
-from rolloutd.actions import Verdict
 from rolloutd.analysis.base import Evaluation, MetricsSource, Role
+from rolloutd.core.actions import Verdict
+from rolloutd.core.plan import Plan, SuiteGate
+from rolloutd.core.progress import Progress
 from rolloutd.errors import RolloutdError
-from rolloutd.plan import Plan, SuiteGate
-from rolloutd.progress import Progress
 from rolloutd.reconcile.shell import NotLeading, Shell
 from rolloutd.store import suite_jobs
 from rolloutd.store.suite_jobs import Claim

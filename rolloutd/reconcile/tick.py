@@ -22,16 +22,16 @@ from typing import Any
 import structlog
 from sqlalchemy.orm import Session, sessionmaker
 
-from rolloutd.actions import Observed, Verdict
 from rolloutd.analysis.base import Evaluation, Judging, MetricsSource, Role
 from rolloutd.analysis.gates import evaluate_gate
 from rolloutd.analysis.windows import earlier_windows, final_window
+from rolloutd.core.actions import Observed, Verdict
+from rolloutd.core.machine import Decision, decide, desired_of
+from rolloutd.core.plan import Plan, SuiteGate
+from rolloutd.core.progress import Desired, Progress, State
 from rolloutd.drivers import Drivers
 from rolloutd.errors import PermanentError, RolloutdError
-from rolloutd.machine import Decision, decide, desired_of
 from rolloutd.operations import plan_of
-from rolloutd.plan import Plan, SuiteGate
-from rolloutd.progress import Desired, Progress, State
 from rolloutd.reconcile import records
 from rolloutd.reconcile.perform import Attempt, Performer
 from rolloutd.reconcile.shell import LEASE_MARGIN, Shell

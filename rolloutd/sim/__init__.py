@@ -5,7 +5,7 @@ and the demo drive these replicas instead. They behave like the real engines whe
 rollout controller can see it: the capacity model decides queueing and timeouts, metrics
 have the real names, an OOM kills the process and the supervisor restarts it.
 
-The package imports nothing at this level, so ``rolloutd.capacity`` stays cheap to load
+The package imports nothing at this level, so ``rolloutd.core.capacity`` stays cheap to load
 for ``rolloutctl capacity``. The parts, one idea per module::
 
     capacity    KV-cache arithmetic (pure): resident sequences, max_seq_len for a concurrency

@@ -15,7 +15,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from rolloutd.capacity import REFERENCE_DEPLOYMENT, CapacityReport, Deployment, plan
+from rolloutd.core.capacity import REFERENCE_DEPLOYMENT, CapacityReport, Deployment, plan
 from rolloutd.sim.scheduler import ServiceModel
 
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 import time
 from typing import TYPE_CHECKING, Any
 
-from rolloutd.capacity import CapacityError
+from rolloutd.core.capacity import CapacityError
 from rolloutd.sim.config import ConfigError, parse_triton_config
 from rolloutd.sim.process import Reply
 

@@ -98,11 +98,6 @@ def release(session: Session, held: Held, *, now: datetime) -> bool:
     return _rowcount(result) == 1
 
 
-def holder_of(session: Session, *, now: datetime, name: str = LEADER) -> Lease | None:
-    """The current, unexpired lease row, or None when nobody leads."""
-    return session.scalar(select(Lease).where(Lease.name == name, Lease.expires_at > now))
-
-
 def fence(held: Held, *, now: datetime) -> ColumnElement[bool]:
     """A condition that is true only while ``held`` is still the live lease."""
     return exists().where(

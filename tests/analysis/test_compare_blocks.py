@@ -10,12 +10,12 @@ from typing import Any
 
 import pytest
 
-from rolloutd.actions import Verdict
 from rolloutd.analysis.base import Evaluation, FinalWindow, Judging, Measurement, Pool
 from rolloutd.analysis.comparisons import clustered
 from rolloutd.analysis.gates import evaluate_gate
 from rolloutd.analysis.sources import MemoryMetrics
-from rolloutd.plan import CompareGate, Plan
+from rolloutd.core.actions import Verdict
+from rolloutd.core.plan import CompareGate, Plan
 from tests.plans import example_dict, plan_of
 
 T0 = datetime(2026, 3, 2, 12, 0, tzinfo=UTC)

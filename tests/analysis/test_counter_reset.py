@@ -26,11 +26,11 @@ import numpy as np
 import pytest
 
 from bench.traffic import Series, increase
-from rolloutd.actions import Verdict
 from rolloutd.analysis.base import Evaluation, Judging
 from rolloutd.analysis.gates import evaluate_gate
+from rolloutd.core.actions import Verdict
+from rolloutd.core.plan import Plan
 from rolloutd.drivers import PlanDrivers
-from rolloutd.plan import Plan
 from tests.e2e.services import PrometheusService
 from tests.plans import example_dict, plan_of
 from tests.routers.services import find_binary

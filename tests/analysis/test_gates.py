@@ -9,11 +9,11 @@ from typing import Any, Literal
 import pytest
 import yaml
 
-from rolloutd.actions import Verdict
 from rolloutd.analysis.base import Evaluation, Judging
 from rolloutd.analysis.gates import evaluate_gate
 from rolloutd.analysis.sources import MemoryMetrics
-from rolloutd.plan import Plan
+from rolloutd.core.actions import Verdict
+from rolloutd.core.plan import Plan
 from rolloutd.planfile import parse_plan
 
 NOW = datetime(2026, 3, 2, 12, 0, tzinfo=UTC)

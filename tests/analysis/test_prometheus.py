@@ -26,9 +26,9 @@ import yaml
 from rolloutd.analysis.base import Measurement, MeasurementError
 from rolloutd.analysis.prometheus import PrometheusMetrics
 from rolloutd.analysis.templates import load_templates, parse_templates
+from rolloutd.core.plan import Plan
 from rolloutd.drivers import PlanDrivers
 from rolloutd.errors import PermanentError
-from rolloutd.plan import Plan
 from rolloutd.planfile import parse_plan
 from tests.analysis.exporter import TextExporter
 from tests.e2e.services import PrometheusService
@@ -618,7 +618,7 @@ def test_templates_that_cannot_serve_the_plan_are_a_permanent_error(
 def test_the_cli_and_the_drivers_module_do_not_import_the_prometheus_client() -> None:
     """rolloutctl starts without prometheus_api_client (or requests) loaded."""
     code = (
-        "import sys, rolloutd.ctl, rolloutd.drivers, rolloutd.analysis.templates; "
+        "import sys, rolloutd.cli.ctl, rolloutd.drivers, rolloutd.analysis.templates; "
         "print(sorted(m for m in sys.modules if m.split('.')[0] in "
         "('prometheus_api_client', 'requests')))"
     )

@@ -21,8 +21,8 @@ from rolloutd.analysis.templates import (
     render,
     template_problems,
 )
+from rolloutd.core.plan import CapacityGate
 from rolloutd.errors import BadInput
-from rolloutd.plan import CapacityGate
 from tests.plans import example_plan
 
 HOSTILE = 'canary"} or vector(1) or {x="'

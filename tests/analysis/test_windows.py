@@ -6,8 +6,8 @@ from datetime import UTC, datetime, timedelta
 
 from rolloutd.analysis.base import FinalWindow
 from rolloutd.analysis.windows import earlier_windows, final_window
-from rolloutd.plan import Plan
-from rolloutd.progress import Progress
+from rolloutd.core.plan import Plan
+from rolloutd.core.progress import Progress
 from tests.plans import plan_of, small_dict
 
 T = datetime(2026, 3, 2, 12, 0, tzinfo=UTC)

@@ -26,12 +26,12 @@ from pydantic import SecretStr
 from sqlalchemy import text
 
 from rolloutd.analysis.sources import MemoryMetrics
-from rolloutd.daemon import Daemon
+from rolloutd.core.progress import Progress
+from rolloutd.daemon.sdnotify import Notifier
+from rolloutd.daemon.service import Daemon
 from rolloutd.operations import start_rollout
 from rolloutd.planfile import parse_plan
-from rolloutd.progress import Progress
 from rolloutd.routers.base import MemoryRouter
-from rolloutd.sdnotify import Notifier
 from rolloutd.settings import Settings
 from rolloutd.store import queries
 from tests.daemon.helpers import WAIT, assert_within, wait_until

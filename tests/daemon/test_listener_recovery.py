@@ -23,8 +23,8 @@ from pydantic import SecretStr
 from structlog.testing import capture_logs
 
 from rolloutd import redact
-from rolloutd.daemon import Daemon
-from rolloutd.listener import CommandListener
+from rolloutd.daemon.listener import CommandListener
+from rolloutd.daemon.service import Daemon
 from rolloutd.settings import Settings
 
 from .helpers import (

@@ -10,10 +10,10 @@ from typing import Any
 import yaml
 from sqlalchemy.orm import Session
 
+from rolloutd.core.plan import Plan
 from rolloutd.deploy.artefacts import PinnedSet
 from rolloutd.deploy.catalog import build_set, pin
 from rolloutd.deploy.drills import DrillOutcome, finish_drill, start_drill
-from rolloutd.plan import Plan
 from rolloutd.planfile import parse_plan
 from tests.plans import small_dict
 

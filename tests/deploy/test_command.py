@@ -9,10 +9,10 @@ from pathlib import Path
 
 import pytest
 
+from rolloutd.core.plan import CommandExecutor, Replica
 from rolloutd.deploy.artefacts import PinnedSet
 from rolloutd.deploy.command import CommandDeployer
 from rolloutd.deploy.executors import build_executor
-from rolloutd.plan import CommandExecutor, Replica
 from rolloutd.redact import register_secret
 from rolloutd.sim.engine import Replica as SimReplica
 

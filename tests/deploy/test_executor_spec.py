@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
+from rolloutd.core.plan import CommandExecutor, NoExecutor, TritonExecutor
 from rolloutd.errors import BadInput
-from rolloutd.plan import CommandExecutor, NoExecutor, TritonExecutor
 from rolloutd.planfile import load_plan, parse_plan
 from tests.plans import EXAMPLE_PATH
 

@@ -9,12 +9,12 @@ from pathlib import Path
 import httpx
 import pytest
 
+from rolloutd.core.plan import Plan, Replica
 from rolloutd.deploy.artefacts import PinnedSet
 from rolloutd.deploy.catalog import build_set
 from rolloutd.deploy.executors import build_executor
 from rolloutd.deploy.triton import TritonDeployer
 from rolloutd.errors import BadInput
-from rolloutd.plan import Plan, Replica
 from rolloutd.sim.engine import Replica as SimReplica
 
 from .helpers import CANARY_CONFIG, STABLE_CONFIG, model_tree, pinned, plan_for

@@ -28,7 +28,7 @@ import yaml
 from pydantic import SecretStr
 from sqlalchemy import text
 
-from rolloutd.daemon import Daemon
+from rolloutd.daemon.service import Daemon
 from rolloutd.operations import start_rollout
 from rolloutd.planfile import parse_plan
 from rolloutd.settings import Settings

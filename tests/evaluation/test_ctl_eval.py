@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from sqlalchemy import func, select
 
-from rolloutd.ctl import main
+from rolloutd.cli.ctl import main
 from rolloutd.evaluation.suite import load_suite
 from rolloutd.sim.engine import Replica
 from rolloutd.store.db import make_engine, session_factory, upgrade

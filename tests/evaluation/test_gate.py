@@ -8,11 +8,11 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from rolloutd.actions import Verdict
+from rolloutd.core.actions import Verdict
+from rolloutd.core.plan import SuiteGate
 from rolloutd.evaluation.compare import CaseResult, FieldOutcome, FieldResult
 from rolloutd.evaluation.gate import WHOLE_CALL, combine, judge_suite, suite_due
 from rolloutd.evaluation.results import RunRole, RunSummary
-from rolloutd.plan import SuiteGate
 
 NOW = datetime(2026, 3, 1, 12, tzinfo=UTC)
 FIELDS = ("pay.amount", "pay.date", "pay.payee")

@@ -14,10 +14,10 @@ import yaml
 from sqlalchemy import func, select, update
 
 from rolloutd.analysis.sources import MemoryMetrics
+from rolloutd.core.progress import Progress
 from rolloutd.evaluation.source import SuiteFedSource
 from rolloutd.operations import start_rollout
 from rolloutd.planfile import parse_plan
-from rolloutd.progress import Progress
 from rolloutd.reconcile import Reconciler
 from rolloutd.routers.base import MemoryRouter
 from rolloutd.sim.engine import Replica

@@ -6,12 +6,12 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from rolloutd.actions import Verdict
+from rolloutd.core.actions import Verdict
+from rolloutd.core.plan import SuiteGate
 from rolloutd.evaluation import records
 from rolloutd.evaluation.gate import suite_due
 from rolloutd.evaluation.runner import RunnerOptions
 from rolloutd.evaluation.schedule import judge_stored, run_suite_for_gate
-from rolloutd.plan import SuiteGate
 from tests.evaluation.conftest import EXAMPLE, start
 from tests.evaluation.test_gate import NOW
 from tests.plans import example_dict, plan_of

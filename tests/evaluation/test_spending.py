@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 import pytest
 
-from rolloutd.actions import Verdict
+from rolloutd.core.actions import Verdict
 from rolloutd.evaluation import records
 from rolloutd.evaluation.gate import judge_suite
 from rolloutd.evaluation.schedule import judge_stored

@@ -25,6 +25,7 @@ from rolloutd.routers.base import MemoryRouter
 from rolloutd.store import lease, queries
 from rolloutd.store.lease import Held
 from rolloutd.store.outbox import list_messages
+from tests.plans import memory_plan
 from tests.twins import Clock, Twins
 
 if TYPE_CHECKING:
@@ -33,36 +34,12 @@ if TYPE_CHECKING:
 T0 = datetime(2026, 3, 2, 9, 0, tzinfo=UTC)
 SECRET = "xoxSECRETtoken0123456789abcdef"
 
-PLAN: dict[str, Any] = {
-    "name": "atlas-maxseq8192",
-    "service": "atlas-70b",
-    "environment": "production",
-    "pools": {
-        "stable": {"replicas": [{"name": "s0", "url": "http://127.0.0.1:9"}]},
-        "canary": {"replicas": [{"name": "c0", "url": "http://127.0.0.1:9"}]},
-    },
-    "router": {"driver": "memory"},
-    "metrics": {"source": "memory"},
-    "artefacts": {"stable": "fp8-msl32768", "canary": "fp8-msl8192"},
-    "interval": "30s",
-    "trigger_interval": "5s",
-    "gates": {
-        "queue_timeouts": {
-            "kind": "threshold",
-            "signal": "queue_timeout_rate",
-            "max": 0.01,
-            "min_samples": 100,
-        },
-        "oom": {"kind": "events", "signal": "oom_events"},
-    },
-    "steps": [
-        {"kind": "canary", "weight": 5, "bake": "48h", "gates": ["queue_timeouts"]},
-        {"kind": "canary", "weight": 25, "bake": "48h", "gates": ["queue_timeouts"]},
-        {"kind": "pause"},
-        {"kind": "full"},
-    ],
-    "rollback": {"triggers": ["oom", "queue_timeouts"]},
-    "alerts": {
+PLAN: dict[str, Any] = memory_plan(
+    name="atlas-maxseq8192",
+    environment="production",
+    gate="queue_timeouts",
+    triggers=("oom", "queue_timeouts"),
+    alerts={
         "channels": {
             "ops": {"webhook_env": "SLACK_WEBHOOK_OPS"},
             "oncall": {"webhook_env": "SLACK_WEBHOOK_ONCALL", "min_severity": "critical"},
@@ -71,7 +48,7 @@ PLAN: dict[str, Any] = {
         "routes": {"awaiting_promotion": {"channels": ["ops"], "severity": "warning"}},
         "prometheus_url": "http://prometheus.example:9090",
     },
-}
+)
 
 
 class Harness:

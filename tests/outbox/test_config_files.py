@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING
 import yaml
 from prometheus_client.parser import text_string_to_metric_families
 
-from rolloutd.metrics import DaemonMetrics
+from rolloutd.daemon.metrics import DaemonMetrics
 from tests.outbox.harness import T0, Harness
 from tests.routers.services import find_binary
 

@@ -10,8 +10,8 @@ import pytest
 from rolloutd.routers.base import RouterState
 from rolloutd.routers.haproxy_api import RuntimeAPI
 from rolloutd.routers.nginx_conf import Split, render
+from tests.reconcile.test_reconcile import Harness
 from tests.routers.services import BACKEND, HAProxyService, NginxService
-from tests.test_reconcile import Harness
 
 if TYPE_CHECKING:
     from conftest import StoreHandle

@@ -12,7 +12,7 @@ from rolloutd.errors import TemporaryError
 from rolloutd.routers.base import Router, RouterState
 from rolloutd.store import queries
 from rolloutd.store.models import Action
-from tests.test_reconcile import Harness
+from tests.reconcile.test_reconcile import Harness
 
 if TYPE_CHECKING:
     from conftest import StoreHandle

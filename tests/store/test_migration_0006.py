@@ -25,7 +25,7 @@ from rolloutd.routers.base import MemoryRouter, Router, RouterState
 from rolloutd.store import lease, queries
 from rolloutd.store.db import make_engine, migrations_config_path, session_factory, upgrade
 from rolloutd.store.models import Action
-from tests.test_reconcile import PLAN
+from tests.reconcile.test_reconcile import PLAN
 from tests.twins import Clock, Twins
 
 T0 = datetime(2026, 11, 30, 9, 0, tzinfo=UTC)

@@ -1,0 +1,657 @@
+"""rolloutctl: the operator's command line. Its output is a contract that other tools parse.
+
+It never talks to the daemon: every command reads or writes Postgres (or SQLite), and a
+command such as ``promote`` is a row the leader acts on. It must start fast, so it imports
+nothing that only the daemon needs (alembic, apscheduler, httpx, the Prometheus client).
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import click
+
+from rolloutd.cli.common import OUTPUT, database, emit, operator_name
+from rolloutd.cli.errors import BAD_INPUT, REFUSED, run_cli
+from rolloutd.core.actions import CommandKind
+from rolloutd.errors import BadInput
+
+if TYPE_CHECKING:
+    pass
+
+
+def _now() -> datetime:
+    return datetime.now(UTC)
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
+@click.version_option(package_name="rolloutd", prog_name="rolloutctl")
+def cli() -> None:
+    """Drive progressive rollouts of LLM inference engines.
+
+    \b
+    Exit codes: 0 ok, 1 runtime failure (database unreachable), 2 bad input,
+    3 refused in the current state. The database comes from ROLLOUTD_DATABASE_URL
+    (default sqlite:///rolloutd.db) or /etc/rolloutd/rolloutd.env.
+
+    \b
+    Examples:
+      rolloutctl plan validate config/plans/atlas-70b-maxseq8192.yaml
+      rolloutctl start config/plans/atlas-70b-maxseq8192.yaml
+      rolloutctl status 7 --output json
+      rolloutctl promote 7 --reason "25% looked clean for 48h"
+    """
+
+
+@cli.group()
+def plan() -> None:
+    """Work with rollout plans."""
+
+
+@plan.command("validate")
+@click.argument("files", nargs=-1, required=True, type=click.Path(dir_okay=True))
+def plan_validate(files: tuple[str, ...]) -> None:
+    """Check plan FILES: prints 'FILE: ok' or one line per problem (exit 2).
+
+    Warnings (legal but probably wrong, such as a target concurrency the canary pool
+    cannot hold at max_seq_len) are printed as 'FILE: warning: ...' and do not fail.
+
+    \b
+    Example:
+      rolloutctl plan validate config/plans/*.yaml
+    """
+    from rolloutd.planfile import load_plan
+
+    failed = False
+    for path in files:
+        try:
+            loaded = load_plan(path)
+        except BadInput as exc:
+            failed = True
+            for problem in exc.problems:
+                click.echo(str(problem))
+        else:
+            for warning in loaded.warnings:
+                click.echo(f"{warning.source}: warning: {warning.field}: {warning.message}")
+            click.echo(f"{path}: ok")
+    if failed:
+        sys.exit(BAD_INPUT)
+
+
+@plan.command("check")
+@click.argument("file", type=click.Path(dir_okay=True))
+@OUTPUT
+def plan_check(file: str, output: str) -> None:
+    """Ask the plan's Prometheus for every gate's signal on both pools, now.
+
+    Prints a row per gate, signal and pool: ok (with the value and samples), no data yet
+    (the series exist but there is no traffic or no fresh sample: it may come), or absent
+    (a series the signal needs does not exist: the gate can never be judged on these
+    engines; the reason names the series and the label). Exit 3 when a gate judged from
+    the first tick (the first step's gates, the rollback triggers) is absent: `start`
+    refuses such a plan unless given --force --reason.
+
+    \b
+    Examples:
+      rolloutctl plan check config/plans/atlas-70b-maxseq8192.yaml
+      rolloutctl plan check plan.yaml -o json | jq '.[] | select(.found == "absent")'
+    """
+    from rolloutd.planfile import load_plan
+
+    loaded = load_plan(file)
+    checks = _preflight(loaded.plan, file)
+    if checks is None:
+        click.echo(f"{file}: metrics source {loaded.plan.metrics.source!r}: nothing to check")
+        return
+    from rolloutd.analysis.preflight import blocking
+    from rolloutd.cli import render
+
+    rows = [c.as_dict() for c in checks]
+    emit(rows, output, render.plan_checks)
+    if blocking(checks):
+        sys.exit(REFUSED)
+
+
+def _preflight(plan: Any, file: str) -> list[Any] | None:
+    """The preflight checks of ``plan`` against its Prometheus (None: not a Prometheus plan).
+
+    :raises BadInput: the plan's templates cannot serve it.
+    """
+    if plan.metrics.source != "prometheus":
+        return None
+    from rolloutd.analysis.preflight import check_plan
+    from rolloutd.drivers import PlanDrivers
+    from rolloutd.errors import PermanentError
+
+    try:
+        source = PlanDrivers().metrics(0, plan)
+    except PermanentError as exc:
+        raise BadInput.one(file, "metrics", str(exc)) from None
+    return check_plan(plan, source, _now())
+
+
+@cli.command()
+@click.argument("file", type=click.Path(dir_okay=True))
+@click.option(
+    "--skip-drill",
+    is_flag=True,
+    help="Start a production rollout without a passed staging drill (audited and alerted).",
+)
+@click.option(
+    "--force",
+    is_flag=True,
+    help="Start although a first-step gate's signal is absent (audited).",
+)
+@click.option(
+    "--reason", "-r", help="Why the drill is skipped or the preflight overridden; required then."
+)
+@OUTPUT
+def start(file: str, skip_drill: bool, force: bool, reason: str | None, output: str) -> None:
+    """Start a rollout of the plan in FILE and print its id.
+
+    Refused (exit 3) while another rollout of the same service and environment is active,
+    when an artefact set of the plan is not pinned or its files (where this host can read
+    them) no longer match their digests, and, in production, without a passed staging
+    drill of the same artefact pair (see `rolloutctl drill`), and when a gate judged from
+    the first tick reads a signal that does not exist on the plan's Prometheus (see
+    `rolloutctl plan check`) unless --force --reason.
+
+    \b
+    Examples:
+      rolloutctl start config/plans/atlas-70b-maxseq8192.yaml
+      rolloutctl start plan.yaml --skip-drill --reason "hotfix, staging is down (INC-42)"
+      rolloutctl start plan.yaml --force --reason "gateway metrics land with this release"
+    """
+    from rolloutd.deploy.catalog import file_problems, find_set
+    from rolloutd.errors import Refused
+    from rolloutd.operations import (
+        admission_problems,
+        record_forced_preflight,
+        record_skipped_drill,
+        start_rollout,
+    )
+    from rolloutd.planfile import load_plan
+
+    if (skip_drill or force) and not (reason or "").strip():
+        flag = "--skip-drill" if skip_drill else "--force"
+        raise BadInput.one("--reason", "", f"required with {flag}: it goes in the audit log")
+    if reason and not (skip_drill or force):
+        raise BadInput.one("--reason", "", "only means something with --skip-drill or --force")
+    loaded = load_plan(file)
+    plan = loaded.plan
+    forced = _check_before_start(plan, file, force=force)
+    with database() as session:
+        problems = admission_problems(session, plan, skip_drill=skip_drill)
+        pinned = [
+            (role, find_set(session, getattr(plan.artefacts, role)))
+            for role in ("stable", "canary")
+        ]
+    # Hashing the files takes a while on a real model: outside any transaction.
+    problems += file_problems((role, found) for role, found in pinned if found is not None)
+    if problems:
+        raise Refused(f"{file}: cannot start: " + "; ".join(problems))
+    with database() as session:
+        problems = admission_problems(session, plan, skip_drill=skip_drill)
+        if problems:  # a set or drill changed meanwhile
+            raise Refused(f"{file}: cannot start: " + "; ".join(problems))
+        rollout_id = start_rollout(session, loaded, actor=operator_name(), now=_now())
+        if skip_drill and reason:
+            record_skipped_drill(
+                session, rollout_id, reason=reason.strip(), actor=operator_name(), now=_now()
+            )
+        if forced and reason:
+            record_forced_preflight(
+                session,
+                rollout_id,
+                reason=reason.strip(),
+                absent=forced,
+                actor=operator_name(),
+                now=_now(),
+            )
+    emit(
+        {"id": rollout_id, "plan_hash": loaded.content_hash}, output, lambda d: click.echo(d["id"])
+    )
+
+
+def _check_before_start(plan: Any, file: str, *, force: bool) -> list[str]:
+    """Refuse a plan whose first-step gates can never be judged, unless forced.
+
+    :returns: what was absent when ``force`` overrode it (for the audit log).
+    :raises Refused: a first-step gate's signal is absent and ``force`` is off.
+    """
+    from rolloutd.analysis.preflight import blocking
+    from rolloutd.errors import Refused
+
+    checks = _preflight(plan, file) or []
+    absent = [f"{c.gate} ({c.signal} on {c.pool}): {c.why}" for c in blocking(checks)]
+    if absent and not force:
+        raise Refused(
+            f"{file}: cannot start: these gates are judged from the first tick but can never "
+            "be judged on this Prometheus: " + "; ".join(absent) + " (see rolloutctl plan "
+            "check; --force --reason to start anyway)"
+        )
+    for check in checks:
+        if check.found == "no data yet":
+            click.echo(f"{file}: warning: {check.gate} on {check.pool}: {check.why}", err=True)
+    return absent
+
+
+@cli.command()
+@click.argument("rollout_id", metavar="[ID]", type=int, required=False)
+@click.option(
+    "--watch",
+    "-w",
+    is_flag=True,
+    help="Redraw the view (gates with their trend, last events) until the rollout ends.",
+)
+@click.option(
+    "--interval",
+    type=click.FloatRange(min=0.05),
+    default=2.0,
+    show_default=True,
+    help="Seconds between redraws with --watch.",
+)
+@OUTPUT
+def status(rollout_id: int | None, watch: bool, interval: float, output: str) -> None:
+    """Show a rollout's state, step, weight and gates; without ID, every active rollout.
+
+    With --watch, redraw until the rollout ends (Ctrl-C stops watching, not the rollout);
+    with --output json, print one JSON object per redraw.
+
+    \b
+    Examples:
+      rolloutctl status
+      rolloutctl status 7 --watch
+      rolloutctl status 7 --output json | jq .state
+    """
+    from rolloutd.cli import render
+    from rolloutd.operations import status_view
+    from rolloutd.store import queries
+
+    if watch:
+        if rollout_id is None:
+            raise BadInput.one("--watch", "", "needs the ID of the rollout to watch")
+        _watch(rollout_id, interval, output)
+        return
+    with database() as session:
+        if rollout_id is not None:
+            data: Any = status_view(session, queries.get_rollout(session, rollout_id))
+            emit(data, output, render.status)
+            return
+        data = [status_view(session, r) for r in queries.list_rollouts(session, active_only=True)]
+    emit(data, output, render.statuses)
+
+
+def _watch(rollout_id: int, interval: float, output: str) -> None:
+    import time
+
+    from rolloutd.cli import render
+    from rolloutd.operations import watch_view
+    from rolloutd.store import queries
+
+    def frame() -> dict[str, Any]:
+        with database() as session:
+            return watch_view(session, queries.get_rollout(session, rollout_id))
+
+    try:
+        if output == "json":
+            while True:
+                view = frame()
+                click.echo(json.dumps(view, default=str), nl=True)
+                if view["ended"]:
+                    return
+                time.sleep(interval)
+        render.watch_live(frame, interval)
+    except KeyboardInterrupt:
+        return  # watching stopped; the rollout goes on
+
+
+@cli.command("list")
+@click.option("--limit", type=click.IntRange(1, 10000), default=50, show_default=True)
+@OUTPUT
+def list_(limit: int, output: str) -> None:
+    """List rollouts, newest first.
+
+    \b
+    Example:
+      rolloutctl list --output json
+    """
+    from rolloutd.cli import render
+    from rolloutd.operations import list_view
+    from rolloutd.store import queries
+
+    with database() as session:
+        data = [list_view(r) for r in queries.list_rollouts(session, limit=limit)]
+    emit(data, output, render.rollouts)
+
+
+@cli.command()
+@click.argument("rollout_id", metavar="ID", type=int)
+@OUTPUT
+def history(rollout_id: int, output: str) -> None:
+    """Show the audit log of a rollout as a timeline: when, how long after the start, what,
+    who, and why.
+
+    \b
+    Examples:
+      rolloutctl history 7
+      rolloutctl history 7 --output json | jq '.[] | select(.kind == "command")'
+    """
+    from rolloutd.cli import render
+    from rolloutd.operations import history_view
+
+    with database() as session:
+        data = history_view(session, rollout_id)
+    emit(data, output, render.history)
+
+
+@cli.command()
+@click.argument("shell", type=click.Choice(["bash", "zsh", "fish"]))
+def completion(shell: str) -> None:
+    """Print the shell completion script for SHELL (commands, options, choices).
+
+    \b
+    Examples:
+      rolloutctl completion bash > /etc/bash_completion.d/rolloutctl
+      rolloutctl completion zsh > "${fpath[1]}/_rolloutctl"
+      rolloutctl completion fish > ~/.config/fish/completions/rolloutctl.fish
+    """
+    from click.shell_completion import get_completion_class
+
+    completer = get_completion_class(shell)
+    assert completer is not None  # click ships all three
+    click.echo(completer(cli, {}, "rolloutctl", "_ROLLOUTCTL_COMPLETE").source())
+
+
+def _command(
+    kind: CommandKind, rollout_id: int, reason: str | None, output: str, full: bool = False
+) -> None:
+    from rolloutd.operations import submit_command
+
+    with database() as session:
+        command_id = submit_command(
+            session, rollout_id, kind, actor=operator_name(), reason=reason, full=full, now=_now()
+        )
+    emit(
+        {"rollout": rollout_id, "command": command_id, "kind": kind, "full": full},
+        output,
+        lambda _: click.echo(f"{kind} of rollout {rollout_id} queued (command {command_id})"),
+    )
+
+
+REASON = click.option("--reason", "-r", help="Why; kept in the audit log.")
+
+
+@cli.command()
+@click.argument("rollout_id", metavar="ID", type=int)
+@click.option("--full", is_flag=True, help="Skip every step before 'full' (100%).")
+@REASON
+@OUTPUT
+def promote(rollout_id: int, full: bool, reason: str | None, output: str) -> None:
+    """End the current pause or bake of rollout ID (its gates must still pass).
+
+    \b
+    Examples:
+      rolloutctl promote 7 --reason "25% clean for 48h"
+      rolloutctl promote 7 --full --reason "hotfix, gates green"
+    """
+    _command("promote", rollout_id, reason, output, full=full)
+
+
+@cli.command()
+@click.argument("rollout_id", metavar="ID", type=int)
+@click.option("--reason", "-r", required=True, help="Why; required, kept in the audit log.")
+@OUTPUT
+def abort(rollout_id: int, reason: str, output: str) -> None:
+    """Roll rollout ID back: canary weight 0, stable artefacts on the canary replicas.
+
+    \b
+    Example:
+      rolloutctl abort 7 --reason "tool args look wrong in support tickets"
+    """
+    if not reason.strip():
+        raise BadInput.one("--reason", "", "must not be empty")
+    _command("abort", rollout_id, reason, output)
+
+
+@cli.command()
+@click.argument("rollout_id", metavar="ID", type=int)
+@REASON
+@OUTPUT
+def pause(rollout_id: int, reason: str | None, output: str) -> None:
+    """Hold rollout ID at its current weight; its bake clock stops.
+
+    \b
+    Example:
+      rolloutctl pause 7 --reason "GPU maintenance on gpu-d"
+    """
+    _command("pause", rollout_id, reason, output)
+
+
+@cli.command()
+@click.argument("rollout_id", metavar="ID", type=int)
+@REASON
+@OUTPUT
+def resume(rollout_id: int, reason: str | None, output: str) -> None:
+    """Continue a paused rollout ID; its bake clock runs again.
+
+    \b
+    Example:
+      rolloutctl resume 7
+    """
+    _command("resume", rollout_id, reason, output)
+
+
+@cli.command()
+@click.option(
+    "--model-config",
+    type=click.Path(exists=True, dir_okay=False),
+    help="A HuggingFace config.json (layers, KV heads, head dim). Default: the 70B reference.",
+)
+@click.option(
+    "--weights-gb",
+    type=click.FloatRange(min=0, min_open=True),
+    default=70.0,
+    show_default=True,
+    help="Weight bytes of one model copy, in GB.",
+)
+@click.option("--gpus", type=click.IntRange(min=1), default=4, show_default=True)
+@click.option(
+    "--gpu-memory-gb", type=click.FloatRange(min=0, min_open=True), default=48.0, show_default=True
+)
+@click.option(
+    "--tp",
+    "tensor_parallel",
+    type=click.IntRange(min=1),
+    default=4,
+    show_default=True,
+    help="Tensor parallelism (GPUs per model copy).",
+)
+@click.option(
+    "--kv-dtype",
+    type=click.Choice(["fp16", "bf16", "fp8", "int8", "fp32"]),
+    default="fp16",
+    show_default=True,
+)
+@click.option(
+    "--memory-fraction",
+    type=click.FloatRange(0, 1, min_open=True),
+    default=0.9,
+    show_default=True,
+    help="vLLM gpu_memory_utilization / TRT-LLM fraction.",
+)
+@click.option(
+    "--max-seq-len",
+    "max_seq_lens",
+    type=click.IntRange(min=1),
+    multiple=True,
+    default=(32768, 8192),
+    show_default=True,
+    help="Repeat to compare several.",
+)
+@click.option(
+    "--target-concurrency",
+    type=click.IntRange(min=1),
+    default=None,
+    help="Sequences that must be resident at once: prints the max_seq_len that fits.",
+)
+@OUTPUT
+def capacity(
+    model_config: str | None,
+    weights_gb: float,
+    gpus: int,
+    gpu_memory_gb: float,
+    tensor_parallel: int,
+    kv_dtype: str,
+    memory_fraction: float,
+    max_seq_lens: tuple[int, ...],
+    target_concurrency: int | None,
+    output: str,
+) -> None:
+    """KV-cache arithmetic: resident sequences per max_seq_len, and what fits a target.
+
+    \b
+    Examples:
+      rolloutctl capacity                                  # 70B FP8 on 4x L40S, 32768 vs 8192
+      rolloutctl capacity --target-concurrency 60
+      rolloutctl capacity --model-config config.json --weights-gb 16 --gpus 1 --tp 1 \\
+          --gpu-memory-gb 80 --max-seq-len 131072 --kv-dtype fp8
+    """
+    from rolloutd.core import capacity as kv
+
+    shape = kv.REFERENCE_SHAPE
+    if model_config is not None:
+        try:
+            config = json.loads(Path(model_config).read_text())
+            if not isinstance(config, dict):
+                raise ValueError("expected a JSON object")
+            shape = kv.ModelShape.from_hf_config(config)
+        except (OSError, ValueError, kv.CapacityError) as exc:
+            raise BadInput.one(model_config, "", str(exc)) from None
+    try:
+        deployment = kv.Deployment(
+            shape=shape,
+            weight_bytes=int(weights_gb * kv.GB),
+            gpu_count=gpus,
+            gpu_memory_bytes=int(gpu_memory_gb * kv.GB),
+            tensor_parallel=tensor_parallel,
+            kv_dtype_bytes=kv.KV_DTYPE_BYTES[kv_dtype],
+            memory_fraction=memory_fraction,
+        )
+        reports = [kv.plan(deployment, n) for n in max_seq_lens]
+        fits = kv.max_seq_len_for(deployment, target_concurrency) if target_concurrency else None
+    except kv.CapacityError as exc:
+        raise BadInput.one("capacity", "", str(exc)) from None
+    data = {
+        "model": {
+            "layers": shape.num_layers,
+            "kv_heads": shape.num_kv_heads,
+            "head_dim": shape.head_dim,
+        },
+        "kv_bytes_per_token": reports[0].kv_bytes_per_token,
+        "kv_pool_bytes": reports[0].kv_pool_bytes,
+        "instances": reports[0].instances,
+        "by_max_seq_len": [
+            {
+                "max_seq_len": r.max_seq_len,
+                "sequence_bytes": r.sequence_bytes,
+                "resident_sequences": r.resident_sequences,
+            }
+            for r in reports
+        ],
+        "target_concurrency": target_concurrency,
+        "max_seq_len_for_target": fits,
+    }
+
+    def human(d: dict[str, Any]) -> None:
+        click.echo(
+            f"model: {shape.num_layers} layers, {shape.num_kv_heads} KV heads, head_dim "
+            f"{shape.head_dim}; {gpus} GPUs x {gpu_memory_gb:g} GB, TP {tensor_parallel}, "
+            f"KV {kv_dtype}, memory fraction {memory_fraction:g}"
+        )
+        click.echo(
+            f"KV bytes per token: {d['kv_bytes_per_token']:,}   KV pool: "
+            f"{d['kv_pool_bytes'] / kv.GB:.1f} GB per copy x {d['instances']}"
+        )
+        click.echo(f"{'max_seq_len':>12}  {'per sequence':>13}  {'resident sequences':>18}")
+        for row in d["by_max_seq_len"]:
+            click.echo(
+                f"{row['max_seq_len']:>12,}  {row['sequence_bytes'] / kv.GB:>10.2f} GB  "
+                f"{row['resident_sequences']:>18}"
+            )
+        if fits is not None:
+            click.echo(f"max_seq_len that keeps {target_concurrency} sequences resident: {fits:,}")
+
+    emit(data, output, human)
+
+
+@cli.command()
+@click.option(
+    "--scenario",
+    type=click.Choice(["happy", "latency", "timeouts", "oom", "schema", "escalation"]),
+    default="oom",
+    show_default=True,
+    help="Which fault hits the canary at the 25% step (happy: none).",
+)
+@click.option(
+    "--speed",
+    type=click.FloatRange(min=1.0),
+    default=14400.0,
+    show_default=True,
+    help="How much faster than real time the rollout runs (14400: a 48 h bake in 12 s).",
+)
+@click.option("--seed", type=int, default=0, show_default=True, help="Seed of the fleet.")
+@OUTPUT
+def demo(scenario: str, speed: float, seed: int, output: str) -> None:
+    """Run a real rollout against a simulated fleet: breach, rollback, summary.
+
+    Uses SQLite in a temp dir and starts everything in-process: four simulated Triton
+    replicas (3 stable on max_seq_len 32,768, 1 canary on 8,192), a session-hash splitter
+    fed by the file router, agent traffic, and the real daemon on a scaled clock. Exit 0
+    when the rollout ended as the scenario expects.
+
+    \b
+    Examples:
+      rolloutctl demo
+      rolloutctl demo --scenario happy
+      rolloutctl demo --scenario timeouts --output json
+    """
+    from rolloutd.cli.demo_view import LiveView, print_summary
+    from rolloutd.demo.run import run_demo
+    from rolloutd.demo.scenarios import SCENARIOS
+    from rolloutd.logs import configure_logging
+
+    configure_logging("critical")
+    chosen = SCENARIOS[scenario]
+    if output == "json":
+        result = run_demo(chosen, speed=speed, seed=seed)
+        click.echo(json.dumps(result.as_json(), indent=2))
+    else:
+        with LiveView(chosen) as view:
+            result = run_demo(chosen, speed=speed, seed=seed, observe=view)
+        print_summary(result)
+    sys.exit(0 if result.ok else 1)
+
+
+from rolloutd.cli.artefacts import artefact_group, drill_command  # noqa: E402
+
+cli.add_command(artefact_group)
+cli.add_command(drill_command)
+
+
+from rolloutd.cli.evaluation import eval_command  # noqa: E402
+
+cli.add_command(eval_command)
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Entry point of the ``rolloutctl`` console script."""
+    sys.exit(run_cli(cli, "rolloutctl", argv))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,220 @@
+"""``rolloutctl eval``: run the tool-argument suite against an endpoint, outside any rollout.
+
+The suite is read and checked whole before a single request goes out; the database (when
+storing) is checked before the run too, so a run is never thrown away at the end. httpx,
+jsonschema and the runner are imported inside the command: ``rolloutctl status`` must not
+pay for them.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from typing import TYPE_CHECKING, Any
+
+import click
+
+from rolloutd.cli.common import OUTPUT, emit
+from rolloutd.errors import BadInput
+
+if TYPE_CHECKING:
+    from rolloutd.evaluation.results import RunSummary
+
+API_KEY_ENV = "ROLLOUTD_EVAL_API_KEY"
+
+
+@click.command("eval")
+@click.argument("suite", type=click.Path(dir_okay=False))
+@click.option("--endpoint", required=True, help="Base URL of the engine to test (the canary).")
+@click.option(
+    "--baseline-endpoint", help="Base URL of the baseline engine: adds the paired comparison."
+)
+@click.option("--concurrency", type=click.IntRange(1, 256), default=8, show_default=True)
+@click.option(
+    "--timeout",
+    type=click.FloatRange(min=0.1),
+    default=60.0,
+    show_default=True,
+    help="Seconds per request before it is retried (then a request error).",
+)
+@click.option("--retries", type=click.IntRange(0, 10), default=2, show_default=True)
+@click.option("--model", help="Model name to request (default: the first one /v1/models lists).")
+@click.option("--seed", type=int, default=1234, show_default=True, help="Sampling seed.")
+@click.option(
+    "--send-expected",
+    is_flag=True,
+    help="Send the expected call in each request (rolloutd_expected); for the simulated fleet.",
+)
+@click.option("--no-store", is_flag=True, help="Do not store the runs in the database.")
+@OUTPUT
+def eval_command(
+    suite: str,
+    endpoint: str,
+    baseline_endpoint: str | None,
+    concurrency: int,
+    timeout: float,
+    retries: int,
+    model: str | None,
+    seed: int,
+    send_expected: bool,
+    no_store: bool,
+    output: str,
+) -> None:
+    """Run the tool-argument SUITE (JSONL) against an OpenAI-compatible endpoint.
+
+    Prints exactness two ways: schema-aware (numbers as numbers, dates as dates, key order
+    ignored; "$1,200.00" for 1200 is a format deviation) and strict (plain string equality),
+    with outcomes per case and per field. With --baseline-endpoint both builds answer the
+    same cases and the paired comparison is printed: per-field regressions (exact McNemar,
+    Holm-adjusted) and the 1-point max-drop test. Runs are stored in the database
+    (ROLLOUTD_DATABASE_URL) unless --no-store. An API key, if the endpoint needs one, is
+    read from ROLLOUTD_EVAL_API_KEY. A bad suite is refused (exit 2, file:line and field)
+    before any request is sent.
+
+    \b
+    Examples:
+      rolloutctl eval gates/suites/tool-args-300.jsonl --endpoint http://10.20.0.14:8000
+      rolloutctl eval gates/suites/tool-args-300.jsonl --endpoint http://10.20.0.14:8000 \\
+          --baseline-endpoint http://10.20.0.11:8000 --concurrency 16 --output json
+    """
+    from rolloutd.evaluation.runner import RunnerOptions, public_endpoint, run_suite
+    from rolloutd.evaluation.suite import load_suite
+    from rolloutd.redact import register_secret
+
+    for option, url in (("--endpoint", endpoint), ("--baseline-endpoint", baseline_endpoint)):
+        if url is not None and not url.startswith(("http://", "https://")):
+            raise BadInput.one(option, "", f"expected an http:// or https:// URL, got {url!r}")
+    loaded = load_suite(suite)
+    api_key = os.environ.get(API_KEY_ENV)
+    register_secret(api_key)
+    options = RunnerOptions(
+        concurrency=concurrency,
+        timeout_s=timeout,
+        retries=retries,
+        seed=seed,
+        model=model,
+        send_expected=send_expected,
+        headers={"Authorization": f"Bearer {api_key}"} if api_key else None,
+    )
+    with _storage(not no_store) as store:
+        runs: dict[str, RunSummary] = {}
+        targets = [("canary", endpoint)]
+        if baseline_endpoint:
+            targets.append(("baseline", baseline_endpoint))
+        for role, url in targets:
+            with _progress(f"{role} {public_endpoint(url)}", len(loaded)) as progress:
+                runs[role] = run_suite(
+                    loaded,
+                    url,
+                    role="canary" if role == "canary" else "baseline",
+                    options=options,
+                    progress=progress,
+                )
+        stored = store(list(runs.values()))
+    data = _report(runs, stored)
+    emit(data, output, _print)
+
+
+@contextmanager
+def _storage(enabled: bool) -> Iterator[Callable[[list[RunSummary]], dict[str, int]]]:
+    if not enabled:
+        yield lambda runs: {}
+        return
+    from rolloutd.settings import load_settings
+    from rolloutd.store.db import check_revision, make_engine, session_factory, transaction
+
+    engine = make_engine(load_settings().database_url.get_secret_value())
+    try:
+        check_revision(engine)
+
+        def store(runs: list[RunSummary]) -> dict[str, int]:
+            from rolloutd.evaluation.records import store_run
+
+            with transaction(session_factory(engine)) as session:
+                return {run.role: store_run(session, run) for run in runs}
+
+        yield store
+    finally:
+        engine.dispose()
+
+
+@contextmanager
+def _progress(label: str, total: int) -> Iterator[Callable[[int, int], None] | None]:
+    if not sys.stderr.isatty():
+        yield None
+        return
+    from rich.console import Console
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeElapsedColumn
+
+    with Progress(
+        "[progress.description]{task.description}",
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        console=Console(stderr=True),
+        transient=True,
+    ) as bar:
+        task = bar.add_task(label, total=total)
+        yield lambda done, _total: bar.update(task, completed=done)
+
+
+def _report(runs: dict[str, RunSummary], stored: dict[str, int]) -> dict[str, Any]:
+    from rolloutd.evaluation.gate import field_table
+    from rolloutd.evaluation.statistics import max_drop_test, pair, worse_p_value
+
+    data: dict[str, Any] = {
+        role: {**run.as_json(), "run_id": stored.get(role)} for role, run in runs.items()
+    }
+    if "baseline" in runs:
+        baseline, canary = runs["baseline"], runs["canary"]
+        flags = [
+            {c.case_id: bool(c.exact) for c in run.cases if c.measured}
+            for run in (baseline, canary)
+        ]
+        cases = pair(flags[0], flags[1])
+        data["comparison"] = {
+            "calls": {**cases.as_evidence(), "p_value_worse": worse_p_value(cases)},
+            "max_drop": max_drop_test(cases, 0.01, 0.05).as_evidence(),
+            "fields": field_table(baseline, canary, 0.05),
+        }
+    return data
+
+
+def _print(data: dict[str, Any]) -> None:
+    for role in ("canary", "baseline"):
+        if role not in data:
+            continue
+        run = data[role]
+        click.echo(
+            f"{role}: {run['endpoint']}  {run['measured']}/{run['cases']} cases answered  "
+            f"schema-aware {_pct(run['exactness'])}  strict {_pct(run['strict_exactness'])}  "
+            f"schema violations {_pct(run['schema_violation_rate'])}"
+            + (f"  (stored as run {run['run_id']})" if run.get("run_id") else "")
+        )
+        click.echo("  " + "  ".join(f"{k} {v}" for k, v in run["outcomes"].items()))
+        header = f"  {'field':34} {'cases':>5} {'ok':>5} {'format':>6} {'wrong':>5} "
+        click.echo(header + f"{'miss':>5} {'extra':>5} {'schema':>6} {'strict':>6}")
+        for row in run["fields"]:
+            click.echo(
+                f"  {row['field']:34} {row['cases']:5} {row['correct']:5} {row['format']:6} "
+                f"{row['wrong_value']:5} {row['missing']:5} {row['extra']:5} "
+                f"{row['schema_violations']:6} {row['strict_correct']:6}"
+            )
+    comparison = data.get("comparison")
+    if comparison is None:
+        return
+    calls, drop = comparison["calls"], comparison["max_drop"]
+    click.echo(
+        f"paired: {calls['pairs']} cases, canary worse in {calls['canary_worse']}, better in "
+        f"{calls['canary_better']} (p={calls['p_value_worse']:.3g}); drop "
+        f"{drop['drop_points']:.2f} points, interval {drop['drop_interval_points']}, "
+        f"more than 1 point: {'yes' if drop['fires'] else 'not shown'}"
+    )
+    regressed = [row["field"] for row in comparison["fields"] if row["regressed"]]
+    click.echo(f"fields regressed: {', '.join(regressed) if regressed else 'none'}")
+
+
+def _pct(value: float | None) -> str:
+    return "n/a" if value is None else f"{value:.2%}"

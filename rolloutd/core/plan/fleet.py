@@ -1,0 +1,183 @@
+"""The fleet a plan drives: the two pools, the router that splits traffic, the metrics
+source, the pinned artefact sets and the engine shape for the capacity arithmetic."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from typing import Annotated, Literal, Self
+
+from pydantic import (
+    Field,
+    model_validator,
+)
+
+from rolloutd.core.plan.base import (
+    Duration,
+    Fraction,
+    Name,
+    _Spec,
+)
+
+
+class Replica(_Spec):
+    """One engine replica: a name the router and deploy executors know it by, and its URL."""
+
+    name: Name
+    url: str = Field(pattern=r"^https?://\S+$")
+
+
+class Pool(_Spec):
+    """A set of replicas that serve one build."""
+
+    replicas: list[Replica] = Field(min_length=1)
+
+
+class Pools(_Spec):
+    """The build users have now (stable) and the one being rolled out (canary)."""
+
+    stable: Pool
+    canary: Pool
+
+
+class MemoryRouterSpec(_Spec):
+    """An in-process router: for tests and the demo."""
+
+    driver: Literal["memory"]
+    session_header: str = "X-Session-Id"
+
+
+class FileRouterSpec(_Spec):
+    """Desired weights written atomically as JSON, for load balancers fed by a templater."""
+
+    driver: Literal["file"]
+    path: str = Field(min_length=1)
+    session_header: str = "X-Session-Id"
+
+
+class HAProxyRouterSpec(_Spec):
+    """HAProxy's runtime API; ``socket`` is a UNIX path or ``host:port``.
+
+    ``config_path`` is the haproxy.cfg (or directory of ``*.cfg``) the running HAProxy was
+    started from. The runtime API does not say whether a backend hashes consistently, and
+    without ``hash-type consistent`` HAProxy ignores weight changes, so the driver reads the
+    backend's ``balance`` and ``hash-type`` there and refuses to shift traffic without it.
+    ``state_file`` is the global ``server-state-file``, rewritten after every change so a
+    reload keeps the weights.
+    """
+
+    driver: Literal["haproxy"]
+    socket: str = Field(min_length=1)
+    backend: Name
+    servers: dict[Literal["stable", "canary"], list[Name]]
+    state_file: str | None = None
+    config_path: str | None = None
+    session_header: str = Field(default="X-Session-Id", pattern=r"^[A-Za-z0-9][A-Za-z0-9-]{0,99}$")
+
+    @model_validator(mode="after")
+    def _two_disjoint_pools(self) -> Self:
+        for pool in ("stable", "canary"):
+            if not self.servers.get(pool):
+                raise ValueError(f"servers.{pool} must name at least one HAProxy server")
+        stable, canary = self.servers["stable"], self.servers["canary"]
+        repeated = sorted({s for s in stable + canary if (stable + canary).count(s) > 1})
+        if repeated:
+            raise ValueError(f"each server belongs to one pool, once: {', '.join(repeated)}")
+        return self
+
+
+class NginxRouterSpec(_Spec):
+    """NGINX open source: a rendered ``split_clients`` include, tested and reloaded.
+
+    The driver runs ``nginx -T`` and ``nginx -s reload`` with ``-c config_path`` (and
+    ``-p prefix`` when set), prefixed by ``command_prefix`` (e.g. ``[sudo, -n]`` when the
+    master runs as root), and reads the master's pid from ``pid_file``. ``variable`` names
+    the split (``$rolloutd_pool``; ``proxy_pass http://$rolloutd_pool;`` follows it).
+    ``verify_url``, when set, is a location answering ``$<variable>_state``: the only way to
+    read back what the workers really loaded.
+    """
+
+    driver: Literal["nginx"]
+    include_path: str = Field(min_length=1)
+    upstreams: dict[Literal["stable", "canary"], Name]
+    nginx_binary: str = "nginx"
+    session_header: str = Field(default="X-Session-Id", pattern=r"^[A-Za-z0-9][A-Za-z0-9-]{0,99}$")
+    config_path: str = Field(default="/etc/nginx/nginx.conf", min_length=1)
+    pid_file: str = Field(default="/run/nginx.pid", min_length=1)
+    prefix: str | None = None
+    variable: str = Field(default="rolloutd_pool", pattern=r"^[a-z_][a-z0-9_]{0,62}$")
+    verify_url: str | None = Field(default=None, pattern=r"^https?://\S+$")
+    command_prefix: list[str] = Field(default_factory=list)
+
+    @model_validator(mode="after")
+    def _two_distinct_upstreams(self) -> Self:
+        for pool in ("stable", "canary"):
+            if pool not in self.upstreams:
+                raise ValueError(f"upstreams.{pool} must name an nginx upstream block")
+        if self.upstreams["stable"] == self.upstreams["canary"]:
+            raise ValueError("upstreams.stable and upstreams.canary must differ")
+        return self
+
+
+RouterSpec = Annotated[
+    MemoryRouterSpec | FileRouterSpec | HAProxyRouterSpec | NginxRouterSpec,
+    Field(discriminator="driver"),
+]
+
+
+class MetricsSpec(_Spec):
+    """Where gate signals come from and which signal templates apply."""
+
+    source: Literal["prometheus", "simulator", "memory", "file"]
+    url: str | None = None
+    path: str | None = None
+    templates: str | None = None
+    pool_label: str = "pool"
+    """The label the scrape config puts on every engine target (stable or canary)."""
+    gateway_pool_label: str = "pool"
+    """The label the agent gateway puts on its own series."""
+    model: str | None = None
+    """The model the gates select, for templates that select one (a Triton ensemble serves
+    ``ensemble``, ``preprocessing``, ``tensorrt_llm``, ``postprocessing``: name one)."""
+    scrape_interval: Duration = timedelta(seconds=15)
+    """How often Prometheus scrapes the targets: a pool whose newest sample is older than two
+    intervals is not being scraped, and its counts are not data."""
+    timeout: Duration = timedelta(seconds=10)
+    overrides: dict[Name, str | dict[str, str]] = Field(default_factory=dict)
+    """Per signal, its replacement ``query``, or a mapping of query/samples/buckets/fresh."""
+    tls_verify: bool = True
+    """False: accept any certificate from an https Prometheus (a self-signed lab server)."""
+
+
+class Artefacts(_Spec):
+    """Names of the pinned artefact sets: what stable runs, what canary runs."""
+
+    stable: Name
+    canary: Name
+
+
+class EngineShape(_Spec):
+    """The model and GPU box behind one canary replica, for the KV-cache arithmetic."""
+
+    num_layers: int = Field(gt=0)
+    num_kv_heads: int = Field(gt=0)
+    head_dim: int = Field(gt=0)
+    weights_gb: float = Field(gt=0)
+    gpus: int = Field(gt=0)
+    gpu_memory_gb: float = Field(gt=0)
+    tensor_parallel: int = Field(gt=0)
+    kv_dtype: Literal["fp16", "bf16", "fp8", "int8", "fp32"] = "fp16"
+    memory_fraction: Fraction = 0.9
+
+
+class Capacity(_Spec):
+    """The capacity assumption the change was planned on, watched at steady state.
+
+    ``target_concurrency`` counts sessions; ``active_share`` is the share of them with a
+    request in flight at once (agents think between turns). With ``engine`` given,
+    validation checks that the canary pool can hold that many sequences at ``max_seq_len``.
+    """
+
+    max_seq_len: int = Field(gt=0)
+    target_concurrency: int = Field(gt=0)
+    active_share: float = Field(default=1.0, gt=0.0, le=1.0)
+    engine: EngineShape | None = None

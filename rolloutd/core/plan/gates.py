@@ -1,0 +1,215 @@
+"""Gates: thresholds, event counts, pool comparisons, latency, capacity and the suite."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from typing import TYPE_CHECKING, Annotated, Literal, Self
+
+from pydantic import (
+    BeforeValidator,
+    Field,
+    model_validator,
+)
+
+from rolloutd.core.plan.base import (
+    Duration,
+    Fraction,
+    Name,
+    _duration,
+    _Spec,
+)
+
+if TYPE_CHECKING:
+    from rolloutd.core.plan.model import Limits
+
+
+class RollbackAfter(_Spec):
+    """Hold first; roll back once the gate has gone ``rollback_after`` without data."""
+
+    rollback_after: Duration
+
+    @model_validator(mode="after")
+    def _positive(self) -> Self:
+        if self.rollback_after <= timedelta(0):
+            raise ValueError("rollback_after must be longer than 0s")
+        return self
+
+
+NoData = Literal["hold", "rollback"] | RollbackAfter
+
+
+def _no_data(value: object) -> object:
+    # One message for the three spellings, instead of one per branch of the union.
+    if value is None or value in ("hold", "rollback") or isinstance(value, RollbackAfter):
+        return value
+    if isinstance(value, dict) and set(value) == {"rollback_after"}:
+        after = _duration(value["rollback_after"])
+        if isinstance(after, timedelta) and after > timedelta(0):
+            return RollbackAfter(rollback_after=after)
+    raise ValueError(
+        f"expected 'hold', 'rollback' or {{rollback_after: DURATION}} (e.g. "
+        f"{{rollback_after: 30m}}, longer than 0s), got {value!r}"
+    )
+
+
+class _Gate(_Spec):
+    """Fields every gate kind shares."""
+
+    description: str = ""
+    window: Duration = timedelta(minutes=5)
+    on_no_data: Annotated[NoData | None, BeforeValidator(_no_data)] = None
+    """What the gate's missing data does to the rollout: ``hold`` (pause until data returns),
+    ``rollback``, or ``{rollback_after: 30m}`` (hold, then roll back once the gate has gone
+    that long without data, the hold included). Default: ``limits.on_inconclusive``."""
+
+    def no_data(self, limits: Limits) -> NoData:
+        """This gate's rule for missing data, the plan's limit standing in when it has none."""
+        if self.on_no_data is not None:
+            return self.on_no_data
+        return "rollback" if limits.on_inconclusive == "rollback" else "hold"
+
+    def live_pools(self) -> frozenset[Literal["canary", "stable"]]:
+        """The pools whose live requests this gate needs: it does not apply at a step where
+        one of them serves none (the canary at 0% unmirrored, stable at 100%)."""
+        return frozenset()
+
+
+class ThresholdGate(_Gate):
+    """A signal against an absolute bound; needs ``min_samples`` before it may pass."""
+
+    kind: Literal["threshold"]
+    signal: Name
+    pool: Literal["canary", "stable"] = "canary"
+    max: float | None = None
+    min: float | None = None
+    min_samples: int = Field(default=0, ge=0)
+
+    def live_pools(self) -> frozenset[Literal["canary", "stable"]]:
+        return frozenset({self.pool})
+
+    @model_validator(mode="after")
+    def _has_bound(self) -> Self:
+        if self.max is None and self.min is None:
+            raise ValueError("a threshold gate needs 'max' or 'min'")
+        if self.max is not None and self.min is not None and self.min > self.max:
+            raise ValueError("'min' is greater than 'max'")
+        return self
+
+
+class EventsGate(_Gate):
+    """Counts events (OOMs, restarts) on the canary; more than ``max_events`` is a breach."""
+
+    kind: Literal["events"]
+    signal: Name
+    max_events: int = Field(default=0, ge=0)
+
+
+DEFAULT_MIN_LOAD_RATIO = 0.7
+"""The canary's load per replica, as a share of stable's, below which a latency or
+queue-timeout gate may fail but not pass (its short queue flatters it)."""
+QUEUE_TIMEOUT_SIGNALS = frozenset({"queue_timeouts", "queue_timeout_rate"})
+"""Signals that count queue timeouts: like latency, they look better on an underloaded canary."""
+
+
+def planned_load_ratio(weight: int, canary_replicas: int, stable_replicas: int) -> float:
+    """One canary replica's share of sessions over one stable replica's, at ``weight`` percent
+    (1-99): ``(w / nc) / ((1 - w) / ns)``."""
+    return (weight / canary_replicas) / ((100 - weight) / stable_replicas)
+
+
+class CompareGate(_Gate):
+    """Canary vs stable rates with an anytime-valid sequential test at level ``alpha``."""
+
+    kind: Literal["compare"]
+    signal: Name
+    alpha: float = Field(default=0.05, gt=0.0, lt=1.0)
+    min_events: int | None = Field(default=None, ge=0)
+    """Events (both pools) before the gate may pass. Default: as many as the test needs to be
+    able to fail at all (all of them on the canary would reject), so a pass is never a test
+    that could not have failed."""
+    final_look: bool = True
+    """Also test once, when the bake of the last step carrying the gate has passed, over
+    all of its steps: a fixed-horizon test, for regressions too small to show early.
+    (A rollback trigger has no last step: it keeps the every-tick test alone.)"""
+    sequential_share: float = Field(default=0.2, gt=0.0, lt=1.0)
+    """The share of ``alpha`` the every-tick test spends; the final look gets the rest."""
+    clustered: bool | None = None
+    """Whether one session can cause several of the signal's events (timeouts, schema
+    violations: its turns share a fate). Clustered events are judged with the dispersion
+    that blocks of ``window`` (each longer than a session) show, and the every-tick test
+    waits for four blocks. Default: not for ``escalations`` and ``escalation_rate`` (once
+    per session), clustered otherwise."""
+    min_load_ratio: float | None = Field(default=None, ge=0.0)
+    """The canary's load per replica, as a share of stable's, below which the gate may fail
+    but not pass. Default: 0.7 on a queue-timeout signal (a short queue times out less),
+    none otherwise."""
+
+    def live_pools(self) -> frozenset[Literal["canary", "stable"]]:
+        return frozenset({"canary", "stable"})
+
+    def load_floor(self) -> float:
+        """The effective ``min_load_ratio`` (0: a pass at any load)."""
+        if self.min_load_ratio is not None:
+            return self.min_load_ratio
+        return DEFAULT_MIN_LOAD_RATIO if self.signal in QUEUE_TIMEOUT_SIGNALS else 0.0
+
+
+class LatencyGate(_Gate):
+    """A latency quantile against an absolute target and against stable."""
+
+    kind: Literal["latency"]
+    signal: Name
+    target_seconds: float = Field(gt=0)
+    max_ratio: float | None = Field(default=None, gt=1.0)
+    min_samples: int = Field(default=0, ge=0)
+    min_load_ratio: float | None = Field(default=None, ge=0.0)
+    """The canary's load per replica, as a share of stable's, below which the gate may fail
+    but not pass: an underloaded canary's short queue flatters its latency. Default 0.7;
+    0 accepts a pass at any load."""
+
+    def live_pools(self) -> frozenset[Literal["canary", "stable"]]:
+        # At 100% the ratio to stable is dropped and the target alone is judged.
+        return frozenset({"canary"})
+
+    def load_floor(self) -> float:
+        """The effective ``min_load_ratio`` (0: a pass at any load)."""
+        return DEFAULT_MIN_LOAD_RATIO if self.min_load_ratio is None else self.min_load_ratio
+
+
+class CapacityGate(_Gate):
+    """Prompt+output length and KV-cache occupancy against the capacity assumption."""
+
+    kind: Literal["capacity"]
+    margin: Fraction = 0.0
+    kv_usage_max: Fraction = 0.95
+
+    def live_pools(self) -> frozenset[Literal["canary", "stable"]]:
+        return frozenset({"canary"})
+
+
+class SuiteGate(_Gate):
+    """The tool-argument suite: per-field regressions or exactness against the baseline.
+
+    Runs at the step's entry (``at_entry``) and then every ``every``; ``sampled_suite`` names
+    a second suite (sampled live cases, same format) that is run and judged the same way.
+    The canary and baseline endpoints default to the first replica of each pool.
+    """
+
+    kind: Literal["suite"]
+    suite: str = Field(min_length=1)
+    rule: Literal["no_regression", "at_least_baseline", "max_drop"]
+    max_drop_points: float = Field(default=1.0, ge=0.0)
+    alpha: float = Field(default=0.05, gt=0.0, lt=1.0)
+    every: Duration | None = None
+    at_entry: bool = True
+    sampled_suite: str | None = Field(default=None, min_length=1)
+    endpoint: str | None = Field(default=None, pattern=r"^https?://\S+$")
+    baseline_endpoint: str | None = Field(default=None, pattern=r"^https?://\S+$")
+    concurrency: int = Field(default=8, ge=1, le=256)
+    max_request_errors: Fraction = 0.05
+
+
+GateSpec = Annotated[
+    ThresholdGate | EventsGate | CompareGate | LatencyGate | CapacityGate | SuiteGate,
+    Field(discriminator="kind"),
+]

@@ -1,0 +1,101 @@
+"""The plan itself: its sections, limits and rollback triggers."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from typing import Literal
+
+from pydantic import (
+    Field,
+)
+
+from rolloutd.core.plan.alerts import (
+    Alerts,
+)
+from rolloutd.core.plan.base import (
+    Duration,
+    Name,
+    _Spec,
+)
+from rolloutd.core.plan.executors import (
+    ExecutorSpec,
+    NoExecutor,
+)
+from rolloutd.core.plan.fleet import (
+    Artefacts,
+    Capacity,
+    MetricsSpec,
+    Pools,
+    RouterSpec,
+)
+from rolloutd.core.plan.gates import (
+    GateSpec,
+)
+from rolloutd.core.plan.steps import (
+    PauseStep,
+    ShadowStep,
+    Step,
+)
+
+
+class Limits(_Spec):
+    """When to stop trusting a rollout that makes no progress. ``on_inconclusive`` is the
+    ``on_no_data`` of every gate that does not name its own (pause: ``hold``)."""
+
+    max_inconclusive: int = Field(default=5, ge=1)
+    on_inconclusive: Literal["pause", "rollback"] = "pause"
+    progress_deadline: Duration | None = None
+
+
+class Rollback(_Spec):
+    """Gates evaluated at every tick of every step; any breach rolls back at once."""
+
+    triggers: list[Name] = Field(default_factory=list)
+
+
+class Plan(_Spec):
+    """A whole rollout plan. Structure only: :func:`plan_problems` checks how fields relate."""
+
+    name: Name
+    service: Name
+    environment: Literal["staging", "production"]
+    description: str = ""
+    pools: Pools
+    router: RouterSpec
+    metrics: MetricsSpec
+    artefacts: Artefacts
+    capacity: Capacity | None = None
+    interval: Duration = timedelta(seconds=30)
+    trigger_interval: Duration = timedelta(seconds=5)
+    limits: Limits = Limits()
+    gates: dict[Name, GateSpec] = Field(default_factory=dict)
+    steps: list[Step] = Field(min_length=1)
+    rollback: Rollback = Rollback()
+    alerts: Alerts | None = None
+    executor: ExecutorSpec = NoExecutor()
+
+    def step_weight(self, index: int) -> int:
+        """The canary weight in force at step ``index`` (a pause keeps the one before it)."""
+        for step in reversed(self.steps[: index + 1]):
+            if not isinstance(step, PauseStep):
+                return step.weight
+        return 0
+
+    def step_mirrors(self, index: int) -> bool:
+        """Whether traffic is mirrored at step ``index`` (a pause after shadow keeps mirroring)."""
+        for step in reversed(self.steps[: index + 1]):
+            if not isinstance(step, PauseStep):
+                return isinstance(step, ShadowStep) and step.mirror
+        return False
+
+    def idle_pool(self, index: int) -> Literal["canary", "stable"] | None:
+        """The pool that serves no live requests at step ``index``: the canary at 0% without
+        mirroring, stable at 100%; a gate that needs that pool's traffic cannot apply there."""
+        weight = self.step_weight(index)
+        if weight == 0 and not self.step_mirrors(index):
+            return "canary"
+        return "stable" if weight == 100 else None
+
+    def gates_of(self, index: int) -> tuple[str, ...]:
+        """The gate names that must pass for step ``index`` to complete."""
+        return tuple(self.steps[index].gates)

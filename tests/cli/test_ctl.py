@@ -1,0 +1,406 @@
+"""rolloutctl end to end: exit codes, JSON contracts, refusals and clean error messages."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import pytest
+from sqlalchemy import select
+
+from rolloutd.core.progress import Progress
+from rolloutd.store import queries
+from rolloutd.store.models import Action
+from tests.cli import Ctl
+from tests.deploy.helpers import pin_and_drill
+from tests.plans import example_plan
+
+if TYPE_CHECKING:
+    from conftest import StoreHandle
+
+EXAMPLE = Path(__file__).resolve().parents[2] / "config" / "plans" / "atlas-70b-maxseq8192.yaml"
+
+
+@pytest.fixture
+def bare_ctl(
+    store: StoreHandle, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> Ctl:
+    """rolloutctl pointed at a fresh, migrated database with nothing in it."""
+    monkeypatch.setenv("ROLLOUTD_DATABASE_URL", store.url)
+    monkeypatch.setenv("ROLLOUTD_ENV_FILE", "/nonexistent")
+    return Ctl(capsys)
+
+
+@pytest.fixture
+def ctl(bare_ctl: Ctl, store: StoreHandle, tmp_path: Path) -> Ctl:
+    """rolloutctl on a database where the example plan may start: its artefact sets are
+    pinned and a staging drill of the pair passed."""
+    with store.sessions.begin() as session:
+        pin_and_drill(session, example_plan(), tmp_path / "artefacts")
+    return bare_ctl
+
+
+def _set_progress(store: StoreHandle, rollout_id: int, progress: Progress, state: str) -> None:
+    """Move a rollout as the daemon would, so that commands meet a given state."""
+    with store.sessions.begin() as session:
+        rollout = queries.get_rollout(session, rollout_id)
+        terminal = state in ("completed", "rolled_back", "aborted", "failed")
+        queries.save_progress(
+            session,
+            rollout,
+            progress=progress.for_storage(),
+            state=state,
+            active=not terminal,
+            now=datetime.now(UTC),
+        )
+
+
+def test_validate_prints_ok_for_the_example_plan(ctl: Ctl) -> None:
+    """`plan validate` on the worked example prints 'FILE: ok' and exits 0."""
+    code, out, _ = ctl("plan", "validate", str(EXAMPLE))
+    assert (code, out.strip()) == (0, f"{EXAMPLE}: ok")
+
+
+def test_validate_prints_one_line_per_problem_and_exits_2(ctl: Ctl, tmp_path: Path) -> None:
+    """Each problem of a bad plan is one line naming file and field; the exit code is 2."""
+    bad = tmp_path / "bad.yaml"
+    text = (
+        EXAMPLE.read_text()
+        .replace("weight: 25", "weight: 150")
+        .replace("bake: 48h\n", "bake: x\n", 1)
+    )
+    bad.write_text(text)
+    code, out, _ = ctl("plan", "validate", str(EXAMPLE), str(bad))
+    lines = out.strip().splitlines()
+    assert code == 2
+    assert lines[0] == f"{EXAMPLE}: ok"
+    assert f"{bad}: steps[1].bake: expected a duration" in lines[1]
+    assert lines[2].startswith(f"{bad}: steps[2].weight: ")
+    assert len(lines) == 3
+
+
+@pytest.mark.parametrize(
+    ("content", "expected"),
+    [
+        (b"", "is empty"),
+        (b"- a\n- b\n", "expected a YAML mapping"),
+        (b"\x00\x01\x02", "binary"),
+        (b"name: [unclosed\n", "not valid YAML at line"),
+    ],
+)
+def test_start_rejects_bad_files_with_exit_2_and_writes_nothing(
+    ctl: Ctl, tmp_path: Path, content: bytes, expected: str
+) -> None:
+    """`start` on a bad plan exits 2 with the reason and creates no rollout."""
+    path = tmp_path / "plan.yaml"
+    path.write_bytes(content)
+    code, _, err = ctl("start", str(path))
+    assert code == 2
+    assert expected in err
+    assert ctl.json("list") == []
+
+
+def test_start_prints_the_id_and_status_reports_the_contract_keys(ctl: Ctl) -> None:
+    """`start` prints the new id; `status --output json` has the keys later tools rely on."""
+    code, out, _ = ctl("start", str(EXAMPLE))
+    assert code == 0
+    rollout_id = int(out.strip())
+    status = ctl.json("status", str(rollout_id))
+    for key in ("id", "name", "service", "environment", "state", "step", "step_name", "weight"):
+        assert key in status
+    assert status["id"] == rollout_id
+    assert (status["state"], status["weight"], status["step_name"]) == ("pending", 0, "shadow")
+    assert isinstance(status["weight"], int)
+    assert status["updated_at"]
+    gate = status["gates"][0]
+    assert set(gate) >= {"name", "verdict", "value", "threshold", "evaluated_at"}
+    assert {g["name"] for g in status["gates"]} >= {"canary_oom", "tool_args_no_regression"}
+
+
+def test_start_is_refused_while_the_service_has_an_active_rollout(ctl: Ctl, tmp_path: Path) -> None:
+    """A second rollout of the same service and environment is refused with exit 3."""
+    assert ctl("start", str(EXAMPLE))[0] == 0
+    code, _, err = ctl("start", str(EXAMPLE))
+    assert code == 3
+    assert "refused" in err and "atlas-70b/production" in err
+    staging = tmp_path / "staging.yaml"
+    staging.write_text(
+        EXAMPLE.read_text().replace("environment: production", "environment: staging")
+    )
+    assert ctl("start", str(staging))[0] == 0
+
+
+def test_commands_are_written_with_actor_and_reason(
+    ctl: Ctl, store: StoreHandle, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """abort writes a command row with the operator's name and reason, and an audit event."""
+    monkeypatch.setenv("SUDO_USER", "alice")
+    rollout_id = ctl.json("start", str(EXAMPLE))["id"]
+    result = ctl.json("abort", str(rollout_id), "--reason", "tool args wrong")
+    with store.sessions() as session:
+        (command,) = queries.pending_commands(session, rollout_id)
+    assert (command.id, command.kind, command.actor) == (result["command"], "abort", "alice")
+    assert command.reason == "tool args wrong"
+    history = ctl.json("history", str(rollout_id))
+    assert [(e["kind"], e["actor"]) for e in history] == [
+        ("created", "alice"),
+        ("command", "alice"),
+    ]
+    assert "tool args wrong" in history[-1]["detail"]
+
+
+def test_abort_requires_a_reason(ctl: Ctl) -> None:
+    """abort without --reason (or with an empty one) is bad input, exit 2."""
+    rollout_id = ctl.json("start", str(EXAMPLE))["id"]
+    assert ctl("abort", str(rollout_id))[0] == 2
+    assert ctl("abort", str(rollout_id), "--reason", "  ")[0] == 2
+    assert ctl.json("history", str(rollout_id))[-1]["kind"] == "created"
+
+
+@pytest.mark.parametrize(
+    ("state", "progress", "command", "allowed"),
+    [
+        ("pending", Progress(), ["promote"], False),
+        ("pending", Progress(), ["pause"], False),
+        ("pending", Progress(), ["abort", "--reason", "x"], True),
+        ("running", Progress(started_at=datetime(2026, 1, 1, tzinfo=UTC)), ["pause"], True),
+        ("running", Progress(started_at=datetime(2026, 1, 1, tzinfo=UTC)), ["resume"], False),
+        (
+            "running",
+            Progress(started_at=datetime(2026, 1, 1, tzinfo=UTC)),
+            ["promote", "--full"],
+            True,
+        ),
+        (
+            "paused",
+            Progress(started_at=datetime(2026, 1, 1, tzinfo=UTC), paused="operator"),
+            ["promote"],
+            False,
+        ),
+        (
+            "paused",
+            Progress(started_at=datetime(2026, 1, 1, tzinfo=UTC), paused="operator"),
+            ["resume"],
+            True,
+        ),
+        (
+            "rolled_back",
+            Progress(started_at=datetime(2026, 1, 1, tzinfo=UTC), ended="rolled_back"),
+            ["promote"],
+            False,
+        ),
+        (
+            "completed",
+            Progress(started_at=datetime(2026, 1, 1, tzinfo=UTC), ended="completed"),
+            ["abort", "--reason", "x"],
+            False,
+        ),
+    ],
+)
+def test_commands_that_make_no_sense_are_refused_with_exit_3(
+    ctl: Ctl,
+    store: StoreHandle,
+    state: str,
+    progress: Progress,
+    command: list[str],
+    allowed: bool,
+) -> None:
+    """Each command is accepted or refused (exit 3, with a reason) according to the state."""
+    rollout_id = ctl.json("start", str(EXAMPLE))["id"]
+    _set_progress(store, rollout_id, progress, state)
+    assert ctl.json("status", str(rollout_id))["state"] == state
+    code, _, err = ctl(command[0], str(rollout_id), *command[1:])
+    if allowed:
+        assert code == 0, err
+    else:
+        assert code == 3
+        assert f"cannot {command[0]} rollout {rollout_id}" in err
+        with store.sessions() as session:
+            assert queries.pending_commands(session, rollout_id) == []
+
+
+def test_status_of_an_unknown_rollout_is_bad_input(ctl: Ctl) -> None:
+    """Asking about a rollout that does not exist exits 2 and says so."""
+    code, _, err = ctl("status", "4242")
+    assert code == 2
+    assert "no rollout 4242" in err
+
+
+def test_bad_arguments_exit_2(ctl: Ctl) -> None:
+    """A non-numeric id, an unknown option or an unknown output format is bad input (2)."""
+    assert ctl("status", "seven")[0] == 2
+    assert ctl("list", "--colour")[0] == 2
+    assert ctl("list", "--output", "yaml")[0] == 2
+    assert ctl("frobnicate")[0] == 2
+
+
+def test_list_and_status_without_id(ctl: Ctl, store: StoreHandle) -> None:
+    """`list` shows every rollout newest first; `status` without an id shows the active ones."""
+    first = ctl.json("start", str(EXAMPLE))["id"]
+    _set_progress(
+        store,
+        first,
+        Progress(started_at=datetime(2026, 1, 1, tzinfo=UTC), ended="completed"),
+        "completed",
+    )
+    second = ctl.json("start", str(EXAMPLE))["id"]
+    assert [r["id"] for r in ctl.json("list")] == [second, first]
+    assert [r["id"] for r in ctl.json("status")] == [second]
+    code, out, _ = ctl("list")
+    assert code == 0 and "atlas-70b-maxseq8192" in out and "completed" in out
+
+
+def test_human_output_is_readable(ctl: Ctl) -> None:
+    """The default output is a table that names the state, step and gates."""
+    rollout_id = ctl.json("start", str(EXAMPLE))["id"]
+    code, out, _ = ctl("status", str(rollout_id))
+    assert code == 0
+    assert "pending" in out and "shadow" in out and "canary_oom" in out
+    code, out, _ = ctl("history", str(rollout_id))
+    assert code == 0 and "created" in out
+
+
+def test_every_command_has_help_with_an_example(ctl: Ctl) -> None:
+    """Each command's --help shows an example invocation."""
+    for command in (
+        ["start"],
+        ["status"],
+        ["list"],
+        ["history"],
+        ["promote"],
+        ["abort"],
+        ["pause"],
+        ["resume"],
+        ["plan", "validate"],
+    ):
+        code, out, _ = ctl(*command, "--help")
+        assert code == 0
+        assert "Example" in out and "rolloutctl " + " ".join(command) in out
+
+
+@pytest.mark.parametrize("db_backend", ["sqlite"], indirect=True)
+def test_a_database_without_schema_is_refused_with_the_fix(
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+    tmp_path: Path,
+    db_backend: str,
+) -> None:
+    """On a database that is not at head, commands refuse and say to run `rolloutd db upgrade`."""
+    monkeypatch.setenv("ROLLOUTD_DATABASE_URL", f"sqlite:///{tmp_path}/empty.db")
+    monkeypatch.setenv("ROLLOUTD_ENV_FILE", "/nonexistent")
+    code, _, err = Ctl(capsys)("list")
+    assert code == 1
+    assert "rolloutd db upgrade" in err
+
+
+def test_an_unreachable_database_names_the_host_not_the_password(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A database that cannot be reached exits 1 naming the host; the password never appears."""
+    monkeypatch.setenv(
+        "ROLLOUTD_DATABASE_URL", "postgresql://ops:hunter2-secret@127.0.0.1:1/rolloutd"
+    )
+    monkeypatch.setenv("ROLLOUTD_ENV_FILE", "/nonexistent")
+    code, out, err = Ctl(capsys)("list")
+    assert code == 1
+    assert "127.0.0.1" in err
+    assert "hunter2" not in out + err
+
+
+def test_settings_come_from_the_env_file(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    """ROLLOUTD_ENV_FILE (like /etc/rolloutd/rolloutd.env) supplies the database URL."""
+    env_file = tmp_path / "rolloutd.env"
+    env_file.write_text(f"ROLLOUTD_DATABASE_URL=sqlite:///{tmp_path}/from-env-file.db\n")
+    monkeypatch.delenv("ROLLOUTD_DATABASE_URL", raising=False)
+    monkeypatch.setenv("ROLLOUTD_ENV_FILE", str(env_file))
+    code, _, err = Ctl(capsys)("list")
+    assert code == 1
+    assert "from-env-file.db" in err
+
+
+def test_rolloutctl_does_not_import_what_only_the_daemon_needs(store: StoreHandle) -> None:
+    """`rolloutctl status` imports no alembic, apscheduler, httpx or Prometheus client."""
+    probe = (
+        "import sys\n"
+        "from rolloutd.cli.ctl import main\n"
+        "try:\n    main(['status'])\n"
+        "except SystemExit as e:\n    code = e.code\n"
+        "heavy = [m for m in ('alembic', 'apscheduler', 'httpx', 'prometheus_api_client',"
+        " 'prometheus_client') if m in sys.modules]\n"
+        "print(code, heavy, file=sys.stderr)\n"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", probe],
+        env={
+            "ROLLOUTD_DATABASE_URL": store.url,
+            "ROLLOUTD_ENV_FILE": "/nonexistent",
+            "PATH": "/usr/bin:/bin",
+        },
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert result.stderr.strip().splitlines()[-1] == "0 []"
+
+
+# --- admission: pinned artefacts and the staging drill ------------------------------------
+
+
+def test_a_production_start_without_a_passed_drill_is_refused(
+    bare_ctl: Ctl, store: StoreHandle, tmp_path: Path
+) -> None:
+    """Pinned sets but a failed drill: refused (exit 3) with the pair and the way out."""
+    with store.sessions.begin() as session:
+        pin_and_drill(session, example_plan(), tmp_path, drill="failed")
+    code, _, err = bare_ctl("start", str(EXAMPLE))
+    assert code == 3
+    assert "no passed staging drill for artefact sets atlas-70b-fp8-msl32768" in err
+    assert "did not pass: drill failed" in err and "--skip-drill --reason" in err
+    assert bare_ctl.json("list", "-o", "json") == []
+
+
+def test_skip_drill_starts_and_is_audited_and_alerted(
+    bare_ctl: Ctl, store: StoreHandle, tmp_path: Path
+) -> None:
+    """--skip-drill needs a reason; with one, the rollout starts, the audit log says who
+    and why, and a skip_drill alert is queued for the daemon."""
+    with store.sessions.begin() as session:
+        pin_and_drill(session, example_plan(), tmp_path, drill=None)
+    code, _, err = bare_ctl("start", str(EXAMPLE), "--skip-drill")
+    assert code == 2 and "--reason: required with --skip-drill" in err
+    rollout_id = bare_ctl.json(
+        "start", str(EXAMPLE), "--skip-drill", "--reason", "INC-42 hotfix", "-o", "json"
+    )["id"]
+    history = bare_ctl.json("history", str(rollout_id), "-o", "json")
+    skipped = [e for e in history if e["kind"] == "drill_skipped"]
+    assert len(skipped) == 1 and "INC-42 hotfix" in skipped[0]["detail"]
+    with store.sessions.begin() as session:
+        alert = session.scalars(
+            select(Action).where(Action.rollout_id == rollout_id, Action.key == "alert/skip_drill")
+        ).one()
+    assert alert.payload["topic"] == "skip_drill" and alert.status == "pending"
+
+
+def test_an_unpinned_set_or_changed_files_refuse_the_start(
+    bare_ctl: Ctl, store: StoreHandle, tmp_path: Path
+) -> None:
+    """No pinned sets: refused naming the field and the pin command. A file edited after
+    pinning: refused naming the set and the file; nothing is created either time."""
+    code, _, err = bare_ctl("start", str(EXAMPLE))
+    assert code == 3
+    assert "artefacts.stable: artefact set 'atlas-70b-fp8-msl32768' is not pinned" in err
+    assert "rolloutctl artefact pin" in err
+    with store.sessions.begin() as session:
+        _, canary = pin_and_drill(session, example_plan(), tmp_path)
+    (Path(canary.root) / "rank0.engine").write_bytes(b"tampered")
+    code, _, err = bare_ctl("start", str(EXAMPLE))
+    assert code == 3
+    assert "'atlas-70b-fp8-msl8192' no longer matches its digests" in err
+    assert "rank0.engine" in err
+    assert bare_ctl.json("list", "-o", "json") == []
