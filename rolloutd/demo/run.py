@@ -30,6 +30,7 @@ from rolloutd.demo.scenarios import Scenario
 from rolloutd.demo.splitter import Splitter
 from rolloutd.deploy.base import Executor
 from rolloutd.deploy.executors import build_executor
+from rolloutd.errors import DatabaseUnavailable
 from rolloutd.operations import history_view, start_rollout, status_view, submit_command
 from rolloutd.planfile import load_plan
 from rolloutd.routers.base import Router
@@ -251,8 +252,16 @@ def _drive(
     commands: list[str] = []
     promoted = False
     while True:
-        with transaction(sessions) as session:
-            view = status_view(session, queries.get_rollout(session, rollout_id))
+        try:
+            with transaction(sessions) as session:
+                view = status_view(session, queries.get_rollout(session, rollout_id))
+        except DatabaseUnavailable:
+            # SQLite queues every transaction for its one write lock; while the daemon
+            # stores a large suite run the watcher may wait out the busy timeout: look again.
+            if time.monotonic() - started > timeout_s:
+                raise
+            time.sleep(0.1)
+            continue
         note = None
         if fault_at is None and scenario.inject and view["step"] >= scenario.at_step:
             scenario.apply(fleet)

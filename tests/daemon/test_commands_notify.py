@@ -174,6 +174,7 @@ def cluster(db: Db) -> Iterator[tuple[str, str]]:
 
 
 @pytest.mark.slow
+@pytest.mark.serial
 def test_the_daemon_reconnects_after_postgres_restarts_and_finishes_the_rollout(
     daemons: Daemons, db: Db, tmp_path: Path, cluster: tuple[str, str]
 ) -> None:

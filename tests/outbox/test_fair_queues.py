@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING
 
 import pytest
 
-from rolloutd.daemon.service import SEND_EVERY_SECONDS
+from rolloutd.daemon.jobs import SEND_EVERY_SECONDS
 from rolloutd.store.outbox import enqueue_message, heads_of_queues
 from tests.outbox.harness import SECRET, Harness
 from tests.outbox.slack import SlackServer

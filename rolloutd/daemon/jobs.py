@@ -1,0 +1,245 @@
+"""The leader's scheduled work: one tick job per rollout it drives, and the alert sender.
+
+APScheduler 3 runs with an in-memory job store, started paused and resumed only while this
+instance leads (its docs forbid sharing a job store between schedulers); 8 threads, so a slow
+rollout does not hold up the others, and no overlapping ticks of one rollout. A job thread never
+calls the scheduler: ``shutdown(wait=True)`` holds the job-store lock while it joins the job
+threads, so a job that removed or rescheduled itself would deadlock SIGTERM; it leaves a note
+for the main loop's next :meth:`TickJobs.sync` instead.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+from collections.abc import Callable
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import structlog
+from apscheduler.executors.pool import ThreadPoolExecutor
+from apscheduler.jobstores.base import JobLookupError
+from apscheduler.schedulers.background import BackgroundScheduler
+from apscheduler.triggers.interval import IntervalTrigger
+from sqlalchemy.exc import SQLAlchemyError
+from sqlalchemy.orm import Session, sessionmaker
+
+from rolloutd.alerts.sender import Sender
+from rolloutd.daemon.metrics import DaemonMetrics
+from rolloutd.errors import RolloutdError
+from rolloutd.operations import plan_of
+from rolloutd.reconcile import NotLeading, Reconciler
+from rolloutd.store import queries
+from rolloutd.store.db import transaction
+from rolloutd.store.errors import StaleWrite
+
+log = structlog.get_logger("rolloutd.daemon")
+
+SENDER_JOB = "alert-sender"
+# The sender paces each webhook to one message a second; it looks for work twice as often.
+SEND_EVERY_SECONDS = 0.5
+WORKERS = 8
+
+
+class TickJobs:
+    """Keeps one tick job per rollout the leader drives, and runs the ticks."""
+
+    def __init__(
+        self,
+        sessions: sessionmaker[Session],
+        reconciler: Reconciler,
+        metrics: DaemonMetrics,
+        sender: Sender,
+        *,
+        instance: str,
+        wall: Callable[[], datetime],
+        clock: Callable[[], datetime],
+        stopping: threading.Event,
+        leading: Callable[[], bool],
+    ) -> None:
+        self.sessions = sessions
+        self.reconciler = reconciler
+        self.metrics = metrics
+        self.sender = sender
+        self.instance = instance
+        self.wall = wall
+        self.clock = clock
+        self.stopping = stopping
+        self.leading = leading
+        self.scheduler = BackgroundScheduler(
+            executors={"default": ThreadPoolExecutor(max_workers=WORKERS)},
+            job_defaults={"coalesce": True, "max_instances": 1, "misfire_grace_time": 30},
+            timezone=UTC,
+        )
+        self._lock = threading.Lock()
+        self._wakeups: set[int] = set()
+        self._ended: set[int] = set()  # rollouts whose job the main loop is to remove
+        self._retry: set[int] = set()  # rollouts whose abandoned tick is to run again soon
+
+    # -- the main loop's side ---------------------------------------------------------------
+
+    def start(self) -> None:
+        """Start the scheduler paused: nothing runs until this instance leads."""
+        self.scheduler.start(paused=True)
+
+    def lead(self) -> None:
+        """Leadership gained: finish what the last leader started, then run the jobs."""
+        self.replay_all()
+        self.scheduler.resume()
+
+    def stand_by(self) -> None:
+        """Leadership lost: run nothing more."""
+        self.scheduler.pause()
+        self.scheduler.remove_all_jobs()
+
+    def shutdown(self) -> None:
+        """Wait for the ticks in flight and stop the scheduler (blocks)."""
+        self.scheduler.shutdown(wait=True)
+
+    def count(self) -> int:
+        """How many rollouts have a tick job."""
+        return sum(job.id.startswith("tick-") for job in self.scheduler.get_jobs())
+
+    def shortest_interval(self, default: timedelta) -> timedelta:
+        """The shortest tick interval of the jobs (``default`` without rollouts)."""
+        intervals: list[timedelta] = [
+            job.trigger.interval for job in self.scheduler.get_jobs() if job.id.startswith("tick-")
+        ]
+        return min(intervals, default=default)
+
+    def run_all_now(self) -> None:
+        """Run every job at once: after a step back of the wall clock, APScheduler 3 (run
+        times on the wall clock) would otherwise wait as long as the clock stepped."""
+        now = self.wall()
+        for job in self.scheduler.get_jobs():
+            with contextlib.suppress(JobLookupError):
+                self.scheduler.modify_job(job.id, next_run_time=now)
+
+    def replay_all(self) -> None:
+        """A new leader first finishes what the last one started, ended rollouts included."""
+        try:
+            with transaction(self.sessions) as session:
+                owed = {a.rollout_id for a in queries.pending_actions(session)}
+            active = {r.id for r in self._active()}
+        except (RolloutdError, SQLAlchemyError) as exc:
+            log.error("cannot read the intent log", error=str(exc))
+            return
+        for rollout_id in sorted(owed - active):
+            self.tick(rollout_id)
+
+    def sync(self) -> None:
+        """Match the jobs to the rollouts to drive: active ones, ended ones that still owe an
+        action (the final alert of a tick that ended it and then failed to mark it done), and
+        ended ones whose router stays verified while a late write may land."""
+        try:
+            rollouts = self._active()
+            with transaction(self.sessions) as session:
+                owing = {a.rollout_id for a in queries.pending_actions(session)}
+                known = {r.id for r in rollouts}
+                rollouts += [queries.get_rollout(session, i) for i in sorted(owing - known)]
+                since = self.clock() - self.reconciler.watch_window(None)
+                known |= owing
+                rollouts += [r for r in queries.ended_since(session, since) if r.id not in known]
+        except (RolloutdError, SQLAlchemyError) as exc:
+            log.error("cannot list active rollouts", error=str(exc))
+            return
+        with self._lock:
+            ended, self._ended = self._ended, set()
+        wanted = {f"tick-{r.id}": r for r in rollouts if r.id not in ended}
+        for job in self.scheduler.get_jobs():
+            if job.id not in wanted and job.id != SENDER_JOB:
+                job.remove()
+        if self.scheduler.get_job(SENDER_JOB) is None:
+            self.scheduler.add_job(
+                self.send_alerts, IntervalTrigger(seconds=SEND_EVERY_SECONDS), id=SENDER_JOB
+            )
+        for job_id, rollout in wanted.items():
+            if self.scheduler.get_job(job_id) is None:
+                self.scheduler.add_job(
+                    self.tick,
+                    IntervalTrigger(seconds=plan_of(rollout).trigger_interval.total_seconds()),
+                    args=[rollout.id],
+                    id=job_id,
+                    next_run_time=self.wall(),
+                )
+        with self._lock:
+            retry, self._retry = self._retry, set()
+        for rollout_id in retry:
+            with contextlib.suppress(JobLookupError):
+                self.scheduler.modify_job(f"tick-{rollout_id}", next_run_time=self.wall())
+
+    def _active(self) -> list[Any]:
+        with transaction(self.sessions) as session:
+            return queries.list_rollouts(session, active_only=True, limit=10_000)
+
+    # -- wake-ups ---------------------------------------------------------------------------
+
+    def wake(self, rollout_id: int) -> None:
+        """Tick ``rollout_id`` now (a command arrived), or again right after the tick in flight."""
+        with self._lock:
+            self._wakeups.add(rollout_id)
+        # A rollout without a job is not active yet; the next job sync picks it up.
+        with contextlib.suppress(JobLookupError):
+            self.scheduler.modify_job(f"tick-{rollout_id}", next_run_time=self.wall())
+
+    def command_written(self, payload: str) -> None:
+        """A NOTIFY's payload is the id of the rollout a command was written for."""
+        if self.leading() and payload.isdigit():
+            self.wake(int(payload))
+
+    def wake_all(self) -> None:
+        """Tick every rollout now: NOTIFYs sent while the listener was reconnecting are lost."""
+        if not self.leading():
+            return
+        for job in self.scheduler.get_jobs():
+            if job.id.startswith("tick-"):
+                self.wake(int(job.id.removeprefix("tick-")))
+
+    # -- the job threads' side --------------------------------------------------------------
+
+    def tick(self, rollout_id: int) -> None:
+        """One scheduled tick of a rollout, and again at once while a wake-up is pending."""
+        bound = log.bind(rollout=rollout_id, instance=self.instance)
+        structlog.contextvars.bind_contextvars(rollout=rollout_id)
+        try:
+            while not self.stopping.is_set():
+                with self._lock:
+                    if rollout_id in self._ended:
+                        return  # ended; the main loop removes the job
+                    self._wakeups.discard(rollout_id)
+                with self.metrics.ticking():
+                    result = self.reconciler.tick(rollout_id)
+                if result.state.terminal and not result.watching and self._owes_nothing(rollout_id):
+                    with self._lock:
+                        self._ended.add(rollout_id)
+                    return
+                with self._lock:
+                    if rollout_id not in self._wakeups:
+                        return
+        except (NotLeading, StaleWrite) as exc:
+            bound.warning("tick abandoned: not leading", error=str(exc))
+            # A command's wake-up must not be lost to a lease renewal in flight: the main
+            # loop runs it again on its next turn.
+            with self._lock:
+                self._retry.add(rollout_id)
+        except RolloutdError as exc:
+            bound.error("tick failed", error=str(exc))
+        except SQLAlchemyError as exc:
+            bound.error("tick failed: database error", error=str(exc).splitlines()[0])
+        except Exception:  # a bug must not kill the scheduler thread; it is logged in full
+            bound.exception("tick crashed")
+        finally:
+            structlog.contextvars.unbind_contextvars("rollout")
+
+    def send_alerts(self) -> None:
+        """The sender job: deliver what the outbox holds (leader only; the scheduler pauses)."""
+        try:
+            self.sender.run_once()
+        except (RolloutdError, SQLAlchemyError) as exc:
+            log.error("alert sender failed", error=str(exc).splitlines()[0])
+        except Exception:  # a bug must not kill the scheduler thread; it is logged in full
+            log.exception("alert sender crashed")
+
+    def _owes_nothing(self, rollout_id: int) -> bool:
+        with transaction(self.sessions) as session:
+            return not queries.pending_actions(session, rollout_id)
