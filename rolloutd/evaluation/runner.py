@@ -159,8 +159,8 @@ async def run_suite_async(
         raise RunAbandoned("stopped before the first request")
     model = options.model
     if model is None:
-        async with client() as first, asyncio.timeout(options.timeout_s):
-            model = await _served_model(first)
+        async with client() as first:
+            model = await _served_model(first, options.timeout_s)
 
     async def worker() -> None:
         nonlocal done
@@ -187,14 +187,15 @@ async def run_suite_async(
     )
 
 
-async def _served_model(client: httpx.AsyncClient) -> str | None:
+async def _served_model(client: httpx.AsyncClient, timeout_s: float) -> str | None:
     # vLLM and Triton both list what they serve; without an answer the request omits
     # 'model', which vLLM accepts (it serves one model) and the case errors tell the rest.
     try:
-        response = await client.get("/v1/models")
+        async with asyncio.timeout(timeout_s):
+            response = await client.get("/v1/models")
         data = response.json().get("data") or []
         model = data[0].get("id") if data and isinstance(data[0], dict) else None
-    except (httpx.HTTPError, ValueError, AttributeError):
+    except (httpx.HTTPError, TimeoutError, ValueError, AttributeError):
         return None
     return model if isinstance(model, str) else None
 

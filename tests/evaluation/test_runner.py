@@ -257,3 +257,27 @@ def test_a_slowly_dripping_answer_is_cut_at_the_request_timeout(example_suite: S
     assert time.monotonic() - started < 5.0
     (case,) = run.cases
     assert case.outcome == "request_error" and "timed out after 0.5s" in (case.error or "")
+
+
+def test_a_model_list_that_never_finishes_leaves_the_model_out(example_suite: Suite) -> None:
+    """``/v1/models`` is only a courtesy: one that hangs past the timeout is given up, and the
+    run goes on without naming a model."""
+    seen: list[dict[str, object]] = []
+
+    class Drip(httpx.AsyncByteStream):
+        async def __aiter__(self) -> AsyncIterator[bytes]:
+            while True:
+                await asyncio.sleep(0.05)
+                yield b" "
+
+    async def answer(request: httpx.Request) -> httpx.Response:
+        if request.url.path == "/v1/models":
+            return httpx.Response(200, stream=Drip())
+        seen.append(json.loads(request.content))
+        return httpx.Response(200, json={"choices": [{"message": {"content": "no"}}]})
+
+    suite = dataclasses.replace(example_suite, cases=example_suite.cases[:2])
+    options = RunnerOptions(timeout_s=0.3, retries=0)
+    run = run_suite(suite, "http://e", options=options, transport=httpx.MockTransport(answer))
+    assert [case.outcome for case in run.cases] == ["no_call", "no_call"]
+    assert all("model" not in body for body in seen)
