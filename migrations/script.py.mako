@@ -1,16 +1,13 @@
 """${message}
 
-Revision ID: ${up_revision}
-Revises: ${down_revision | comma,n}
 Create Date: ${create_date}
 
-Runs on Postgres and SQLite: on SQLite, alter tables inside ``op.batch_alter_table``.
+Runs on Postgres and SQLite: on SQLite, alter tables inside ``op.batch_alter_table``. Build
+columns and constraints with ``migrations.ddl`` where it has a helper.
 Remember to set ``rolloutd.store.schema.SCHEMA_REVISION`` to this revision.
 """
 
 from __future__ import annotations
-
-from collections.abc import Sequence
 
 import sqlalchemy as sa
 from alembic import op
@@ -18,8 +15,12 @@ ${imports if imports else ""}
 
 revision: str = ${repr(up_revision)}
 down_revision: str | None = ${repr(down_revision)}
-branch_labels: str | Sequence[str] | None = ${repr(branch_labels)}
-depends_on: str | Sequence[str] | None = ${repr(depends_on)}
+% if branch_labels:
+branch_labels: str | tuple[str, ...] = ${repr(branch_labels)}
+% endif
+% if depends_on:
+depends_on: str | tuple[str, ...] = ${repr(depends_on)}
+% endif
 
 
 def upgrade() -> None:

@@ -2,8 +2,6 @@
 
 Rollouts, their steps, gate evaluations, commands, events, actions and pinned artefact sets.
 
-Revision ID: 0001
-Revises:
 Create Date: 2025-12-02
 
 Written by hand to match ``rolloutd.store.models`` (``alembic check`` proves it on Postgres and
@@ -13,33 +11,19 @@ describing revision 0001 after the models move on.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-
 import sqlalchemy as sa
 from alembic import op
 
+from migrations import ddl
+
 revision: str = "0001"
 down_revision: str | None = None
-branch_labels: str | Sequence[str] | None = None
-depends_on: str | Sequence[str] | None = None
-
-
-def _timestamp(name: str, *, nullable: bool = False) -> sa.Column[object]:
-    return sa.Column(name, sa.DateTime(timezone=True), nullable=nullable)
-
-
-def _id() -> sa.Column[int]:
-    return sa.Column("id", sa.Integer(), autoincrement=True, nullable=False)
-
-
-def _rollout_fk(*, nullable: bool = False) -> sa.Column[int]:
-    return sa.Column("rollout_id", sa.Integer(), nullable=nullable)
 
 
 def upgrade() -> None:
     op.create_table(
         "rollouts",
-        _id(),
+        ddl.id_column(),
         sa.Column("name", sa.String(200), nullable=False),
         sa.Column("service", sa.String(200), nullable=False),
         sa.Column("environment", sa.String(100), nullable=False),
@@ -51,9 +35,9 @@ def upgrade() -> None:
         sa.Column("progress", sa.JSON(), nullable=False),
         sa.Column("revision", sa.Integer(), nullable=False),
         sa.Column("created_by", sa.String(200), nullable=False),
-        _timestamp("created_at"),
-        _timestamp("updated_at"),
-        sa.PrimaryKeyConstraint("id", name="pk_rollouts"),
+        ddl.timestamp("created_at"),
+        ddl.timestamp("updated_at"),
+        ddl.primary_key("rollouts"),
     )
     op.create_index("ix_rollouts_state", "rollouts", ["state"])
     op.create_index(
@@ -67,24 +51,22 @@ def upgrade() -> None:
 
     op.create_table(
         "step_progress",
-        _rollout_fk(),
+        ddl.rollout_id(),
         sa.Column("step_index", sa.Integer(), nullable=False),
         sa.Column("name", sa.String(200), nullable=False),
         sa.Column("kind", sa.String(40), nullable=False),
         sa.Column("weight", sa.Double(), nullable=False),
-        _timestamp("entered_at", nullable=True),
-        _timestamp("verified_at", nullable=True),
-        _timestamp("completed_at", nullable=True),
-        sa.ForeignKeyConstraint(
-            ["rollout_id"], ["rollouts.id"], name="fk_step_progress_rollout_id_rollouts"
-        ),
-        sa.PrimaryKeyConstraint("rollout_id", "step_index", name="pk_step_progress"),
+        ddl.timestamp("entered_at", nullable=True),
+        ddl.timestamp("verified_at", nullable=True),
+        ddl.timestamp("completed_at", nullable=True),
+        ddl.foreign_key("step_progress", "rollout_id", "rollouts"),
+        ddl.primary_key("step_progress", "rollout_id", "step_index"),
     )
 
     op.create_table(
         "gate_evaluations",
-        _id(),
-        _rollout_fk(),
+        ddl.id_column(),
+        ddl.rollout_id(),
         sa.Column("step_index", sa.Integer(), nullable=False),
         sa.Column("gate", sa.String(200), nullable=False),
         sa.Column("role", sa.String(20), nullable=False),
@@ -96,12 +78,10 @@ def upgrade() -> None:
         sa.Column("statistic", sa.Double(), nullable=True),
         sa.Column("reason", sa.Text(), nullable=True),
         sa.Column("evidence", sa.JSON(), nullable=False),
-        _timestamp("evaluated_at"),
-        sa.CheckConstraint("role IN ('step', 'trigger')", name="ck_gate_evaluations_role"),
-        sa.ForeignKeyConstraint(
-            ["rollout_id"], ["rollouts.id"], name="fk_gate_evaluations_rollout_id_rollouts"
-        ),
-        sa.PrimaryKeyConstraint("id", name="pk_gate_evaluations"),
+        ddl.timestamp("evaluated_at"),
+        ddl.one_of("gate_evaluations", "role", ("step", "trigger")),
+        ddl.foreign_key("gate_evaluations", "rollout_id", "rollouts"),
+        ddl.primary_key("gate_evaluations"),
     )
     op.create_index(
         "ix_gate_evaluations_rollout_id_gate_evaluated_at",
@@ -111,44 +91,36 @@ def upgrade() -> None:
 
     op.create_table(
         "commands",
-        _id(),
-        _rollout_fk(),
+        ddl.id_column(),
+        ddl.rollout_id(),
         sa.Column("kind", sa.String(20), nullable=False),
         sa.Column("args", sa.JSON(), nullable=False),
         sa.Column("actor", sa.String(200), nullable=False),
         sa.Column("reason", sa.Text(), nullable=True),
-        _timestamp("created_at"),
+        ddl.timestamp("created_at"),
         sa.Column("status", sa.String(20), nullable=False),
-        _timestamp("handled_at", nullable=True),
+        ddl.timestamp("handled_at", nullable=True),
         sa.Column("outcome", sa.Text(), nullable=True),
-        sa.CheckConstraint(
-            "kind IN ('promote', 'abort', 'pause', 'resume')", name="ck_commands_kind"
-        ),
-        sa.CheckConstraint(
-            "status IN ('pending', 'applied', 'rejected')", name="ck_commands_status"
-        ),
-        sa.ForeignKeyConstraint(
-            ["rollout_id"], ["rollouts.id"], name="fk_commands_rollout_id_rollouts"
-        ),
-        sa.PrimaryKeyConstraint("id", name="pk_commands"),
+        ddl.one_of("commands", "kind", ("promote", "abort", "pause", "resume")),
+        ddl.one_of("commands", "status", ("pending", "applied", "rejected")),
+        ddl.foreign_key("commands", "rollout_id", "rollouts"),
+        ddl.primary_key("commands"),
     )
     op.create_index("ix_commands_rollout_id_status", "commands", ["rollout_id", "status"])
 
     op.create_table(
         "events",
-        _id(),
-        _rollout_fk(nullable=True),
-        _timestamp("at"),
+        ddl.id_column(),
+        ddl.rollout_id(nullable=True),
+        ddl.timestamp("at"),
         sa.Column("kind", sa.String(60), nullable=False),
         sa.Column("actor", sa.String(200), nullable=False),
         sa.Column("detail", sa.Text(), nullable=False),
         sa.Column("data", sa.JSON(), nullable=False),
         sa.Column("dedup_key", sa.String(200), nullable=True),
-        sa.ForeignKeyConstraint(
-            ["rollout_id"], ["rollouts.id"], name="fk_events_rollout_id_rollouts"
-        ),
-        sa.PrimaryKeyConstraint("id", name="pk_events"),
-        sa.UniqueConstraint("rollout_id", "dedup_key", name="uq_events_rollout_id_dedup_key"),
+        ddl.foreign_key("events", "rollout_id", "rollouts"),
+        ddl.primary_key("events"),
+        ddl.unique("events", "rollout_id", "dedup_key"),
     )
     op.create_index("ix_events_rollout_id_at", "events", ["rollout_id", "at"])
     op.create_index(
@@ -162,28 +134,26 @@ def upgrade() -> None:
 
     op.create_table(
         "actions",
-        _id(),
-        _rollout_fk(),
+        ddl.id_column(),
+        ddl.rollout_id(),
         sa.Column("key", sa.String(200), nullable=False),
         sa.Column("kind", sa.String(60), nullable=False),
         sa.Column("payload", sa.JSON(), nullable=False),
         sa.Column("status", sa.String(20), nullable=False),
         sa.Column("attempts", sa.Integer(), nullable=False),
         sa.Column("last_error", sa.Text(), nullable=True),
-        _timestamp("created_at"),
-        _timestamp("done_at", nullable=True),
-        sa.CheckConstraint("status IN ('pending', 'done', 'failed')", name="ck_actions_status"),
-        sa.ForeignKeyConstraint(
-            ["rollout_id"], ["rollouts.id"], name="fk_actions_rollout_id_rollouts"
-        ),
-        sa.PrimaryKeyConstraint("id", name="pk_actions"),
-        sa.UniqueConstraint("rollout_id", "key", name="uq_actions_rollout_id_key"),
+        ddl.timestamp("created_at"),
+        ddl.timestamp("done_at", nullable=True),
+        ddl.one_of("actions", "status", ("pending", "done", "failed")),
+        ddl.foreign_key("actions", "rollout_id", "rollouts"),
+        ddl.primary_key("actions"),
+        ddl.unique("actions", "rollout_id", "key"),
     )
     op.create_index("ix_actions_status_created_at", "actions", ["status", "created_at"])
 
     op.create_table(
         "artefact_sets",
-        _id(),
+        ddl.id_column(),
         sa.Column("name", sa.String(200), nullable=False),
         sa.Column("engine", sa.String(20), nullable=False),
         sa.Column("engine_config", sa.JSON(), nullable=False),
@@ -191,25 +161,18 @@ def upgrade() -> None:
         sa.Column("digest", sa.String(64), nullable=False),
         sa.Column("root", sa.Text(), nullable=False),
         sa.Column("created_by", sa.String(200), nullable=False),
-        _timestamp("created_at"),
-        sa.CheckConstraint("engine IN ('trtllm', 'vllm')", name="ck_artefact_sets_engine"),
-        sa.PrimaryKeyConstraint("id", name="pk_artefact_sets"),
-        sa.UniqueConstraint("name", name="uq_artefact_sets_name"),
+        ddl.timestamp("created_at"),
+        ddl.one_of("artefact_sets", "engine", ("trtllm", "vllm")),
+        ddl.primary_key("artefact_sets"),
+        ddl.unique("artefact_sets", "name"),
     )
 
 
 def downgrade() -> None:
-    op.drop_table("artefact_sets")
-    op.drop_index("ix_actions_status_created_at", table_name="actions")
-    op.drop_table("actions")
-    op.drop_index("uq_events_daemon_dedup_key", table_name="events")
-    op.drop_index("ix_events_rollout_id_at", table_name="events")
-    op.drop_table("events")
-    op.drop_index("ix_commands_rollout_id_status", table_name="commands")
-    op.drop_table("commands")
-    op.drop_index("ix_gate_evaluations_rollout_id_gate_evaluated_at", table_name="gate_evaluations")
-    op.drop_table("gate_evaluations")
-    op.drop_table("step_progress")
-    op.drop_index("uq_rollouts_active_service_environment", table_name="rollouts")
-    op.drop_index("ix_rollouts_state", table_name="rollouts")
-    op.drop_table("rollouts")
+    ddl.drop_table("artefact_sets")
+    ddl.drop_table("actions", "ix_actions_status_created_at")
+    ddl.drop_table("events", "uq_events_daemon_dedup_key", "ix_events_rollout_id_at")
+    ddl.drop_table("commands", "ix_commands_rollout_id_status")
+    ddl.drop_table("gate_evaluations", "ix_gate_evaluations_rollout_id_gate_evaluated_at")
+    ddl.drop_table("step_progress")
+    ddl.drop_table("rollouts", "uq_rollouts_active_service_environment", "ix_rollouts_state")

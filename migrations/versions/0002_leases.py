@@ -1,21 +1,17 @@
 """Leader lease with a fencing epoch.
 
-Revision ID: 0002
-Revises: 0001
 Create Date: 2026-12-02
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-
 import sqlalchemy as sa
 from alembic import op
 
+from migrations import ddl
+
 revision: str = "0002"
 down_revision: str | None = "0001"
-branch_labels: str | Sequence[str] | None = None
-depends_on: str | Sequence[str] | None = None
 
 
 def upgrade() -> None:
@@ -24,9 +20,9 @@ def upgrade() -> None:
         sa.Column("name", sa.String(length=100), nullable=False),
         sa.Column("holder", sa.String(length=200), nullable=False),
         sa.Column("epoch", sa.Integer(), nullable=False),
-        sa.Column("expires_at", sa.DateTime(timezone=True), nullable=False),
-        sa.Column("renewed_at", sa.DateTime(timezone=True), nullable=False),
-        sa.PrimaryKeyConstraint("name", name=op.f("pk_leases")),
+        ddl.timestamp("expires_at"),
+        ddl.timestamp("renewed_at"),
+        ddl.primary_key("leases", "name"),
     )
 
 

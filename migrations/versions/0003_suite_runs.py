@@ -1,7 +1,5 @@
 """Tool-argument suite runs, cases and fields.
 
-Revision ID: 0003
-Revises: 0002
 Create Date: 2026-12-02
 
 Written by hand to match ``rolloutd.store.suite_models``; types are spelled out so that this
@@ -10,15 +8,13 @@ file keeps describing revision 0003 after the models move on.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-
 import sqlalchemy as sa
 from alembic import op
 
+from migrations import ddl
+
 revision: str = "0003"
 down_revision: str | None = "0002"
-branch_labels: str | Sequence[str] | None = None
-depends_on: str | Sequence[str] | None = None
 
 _CASE_OUTCOMES = (
     "'correct', 'format', 'wrong_value', 'schema_violation', 'wrong_tool', 'no_call', "
@@ -27,15 +23,11 @@ _CASE_OUTCOMES = (
 _FIELD_OUTCOMES = "'correct', 'format', 'wrong_value', 'missing', 'extra'"
 
 
-def _timestamp(name: str) -> sa.Column[object]:
-    return sa.Column(name, sa.DateTime(timezone=True), nullable=False)
-
-
 def upgrade() -> None:
     op.create_table(
         "suite_runs",
-        sa.Column("id", sa.Integer(), autoincrement=True, nullable=False),
-        sa.Column("rollout_id", sa.Integer(), nullable=True),
+        ddl.id_column(),
+        ddl.rollout_id(nullable=True),
         sa.Column("step_index", sa.Integer(), nullable=True),
         sa.Column("gate", sa.String(200), nullable=True),
         sa.Column("role", sa.String(20), nullable=False),
@@ -45,8 +37,8 @@ def upgrade() -> None:
         sa.Column("model", sa.String(200), nullable=True),
         sa.Column("seed", sa.Integer(), nullable=True),
         sa.Column("concurrency", sa.Integer(), nullable=True),
-        _timestamp("started_at"),
-        _timestamp("finished_at"),
+        ddl.timestamp("started_at"),
+        ddl.timestamp("finished_at"),
         sa.Column("cases", sa.Integer(), nullable=False),
         sa.Column("measured", sa.Integer(), nullable=False),
         sa.Column("exact", sa.Integer(), nullable=False),
@@ -57,11 +49,9 @@ def upgrade() -> None:
         sa.Column("exactness", sa.Double(), nullable=True),
         sa.Column("strict_exactness", sa.Double(), nullable=True),
         sa.Column("outcomes", sa.JSON(), nullable=False),
-        sa.CheckConstraint("role IN ('canary', 'baseline')", name="ck_suite_runs_role"),
-        sa.ForeignKeyConstraint(
-            ["rollout_id"], ["rollouts.id"], name="fk_suite_runs_rollout_id_rollouts"
-        ),
-        sa.PrimaryKeyConstraint("id", name="pk_suite_runs"),
+        ddl.one_of("suite_runs", "role", ("canary", "baseline")),
+        ddl.foreign_key("suite_runs", "rollout_id", "rollouts"),
+        ddl.primary_key("suite_runs"),
     )
     op.create_index(
         "ix_suite_runs_rollout_id_gate_role_finished_at",
@@ -71,7 +61,7 @@ def upgrade() -> None:
 
     op.create_table(
         "suite_case_results",
-        sa.Column("id", sa.Integer(), autoincrement=True, nullable=False),
+        ddl.id_column(),
         sa.Column("run_id", sa.Integer(), nullable=False),
         sa.Column("case_id", sa.String(200), nullable=False),
         sa.Column("position", sa.Integer(), nullable=False),
@@ -87,16 +77,14 @@ def upgrade() -> None:
         sa.Column("attempts", sa.Integer(), nullable=False),
         sa.Column("latency_s", sa.Double(), nullable=True),
         sa.CheckConstraint(f"outcome IN ({_CASE_OUTCOMES})", name="ck_suite_case_results_outcome"),
-        sa.ForeignKeyConstraint(
-            ["run_id"], ["suite_runs.id"], name="fk_suite_case_results_run_id_suite_runs"
-        ),
-        sa.PrimaryKeyConstraint("id", name="pk_suite_case_results"),
-        sa.UniqueConstraint("run_id", "case_id", name="uq_suite_case_results_run_id_case_id"),
+        ddl.foreign_key("suite_case_results", "run_id", "suite_runs"),
+        ddl.primary_key("suite_case_results"),
+        ddl.unique("suite_case_results", "run_id", "case_id"),
     )
 
     op.create_table(
         "suite_field_results",
-        sa.Column("id", sa.Integer(), autoincrement=True, nullable=False),
+        ddl.id_column(),
         sa.Column("case_result_id", sa.Integer(), nullable=False),
         sa.Column("run_id", sa.Integer(), nullable=False),
         sa.Column("field", sa.String(200), nullable=False),
@@ -108,15 +96,9 @@ def upgrade() -> None:
         sa.CheckConstraint(
             f"outcome IN ({_FIELD_OUTCOMES})", name="ck_suite_field_results_outcome"
         ),
-        sa.ForeignKeyConstraint(
-            ["case_result_id"],
-            ["suite_case_results.id"],
-            name="fk_suite_field_results_case_result_id_suite_case_results",
-        ),
-        sa.ForeignKeyConstraint(
-            ["run_id"], ["suite_runs.id"], name="fk_suite_field_results_run_id_suite_runs"
-        ),
-        sa.PrimaryKeyConstraint("id", name="pk_suite_field_results"),
+        ddl.foreign_key("suite_field_results", "case_result_id", "suite_case_results"),
+        ddl.foreign_key("suite_field_results", "run_id", "suite_runs"),
+        ddl.primary_key("suite_field_results"),
     )
     op.create_index(
         "ix_suite_field_results_run_id_field", "suite_field_results", ["run_id", "field"]
@@ -124,8 +106,6 @@ def upgrade() -> None:
 
 
 def downgrade() -> None:
-    op.drop_index("ix_suite_field_results_run_id_field", table_name="suite_field_results")
-    op.drop_table("suite_field_results")
-    op.drop_table("suite_case_results")
-    op.drop_index("ix_suite_runs_rollout_id_gate_role_finished_at", table_name="suite_runs")
-    op.drop_table("suite_runs")
+    ddl.drop_table("suite_field_results", "ix_suite_field_results_run_id_field")
+    ddl.drop_table("suite_case_results")
+    ddl.drop_table("suite_runs", "ix_suite_runs_rollout_id_gate_role_finished_at")

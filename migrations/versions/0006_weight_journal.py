@@ -6,21 +6,15 @@ this revision has none, and the state machine derives them from the step (or rol
 rollout is in on its next tick, so rollouts in flight carry on across the upgrade. Their
 pending weight actions, keyed the old way, are superseded by the first tick.
 
-Revision ID: 0006
-Revises: 0005
 Create Date: 2026-12-03
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-
 from alembic import op
 
 revision: str = "0006"
 down_revision: str | None = "0005"
-branch_labels: str | Sequence[str] | None = None
-depends_on: str | Sequence[str] | None = None
 
 _BEFORE = "status IN ('pending', 'done', 'failed')"
 _AFTER = "status IN ('pending', 'done', 'failed', 'superseded')"

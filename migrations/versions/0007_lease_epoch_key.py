@@ -5,21 +5,15 @@ an UPDATE that changes a column of a unique index and FOR NO KEY UPDATE otherwis
 unique index on (name, epoch) a takeover, which bumps the epoch, still waits for the writes
 in flight, and a renewal, which moves only the expiry, does not.
 
-Revision ID: 0007
-Revises: 0006
 Create Date: 2026-12-03
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-
 from alembic import op
 
 revision: str = "0007"
 down_revision: str | None = "0006"
-branch_labels: str | Sequence[str] | None = None
-depends_on: str | Sequence[str] | None = None
 
 
 def upgrade() -> None:

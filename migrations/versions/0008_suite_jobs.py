@@ -6,22 +6,18 @@ lease while its requests are in flight. A new leader claims an open job once the
 ``acquired_until`` has passed. At most one job per rollout and gate is open (a partial unique
 index). Stored runs name the job they belong to.
 
-Revision ID: 0008
-Revises: 0007
 Create Date: 2026-12-03
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-
 import sqlalchemy as sa
 from alembic import op
 
+from migrations import ddl
+
 revision: str = "0008"
 down_revision: str | None = "0007"
-branch_labels: str | Sequence[str] | None = None
-depends_on: str | Sequence[str] | None = None
 
 _OPEN = sa.text("state = 'open'")
 
@@ -29,24 +25,20 @@ _OPEN = sa.text("state = 'open'")
 def upgrade() -> None:
     op.create_table(
         "suite_jobs",
-        sa.Column("id", sa.Integer(), autoincrement=True, nullable=False),
-        sa.Column("rollout_id", sa.Integer(), nullable=False),
+        ddl.id_column(),
+        ddl.rollout_id(),
         sa.Column("gate", sa.String(200), nullable=False),
         sa.Column("step_index", sa.Integer(), nullable=False),
         sa.Column("state", sa.String(20), nullable=False),
-        sa.Column("due_at", sa.DateTime(timezone=True), nullable=False),
+        ddl.timestamp("due_at"),
         sa.Column("acquired_by", sa.String(200), nullable=True),
-        sa.Column("acquired_until", sa.DateTime(timezone=True), nullable=True),
+        ddl.timestamp("acquired_until", nullable=True),
         sa.Column("attempts", sa.Integer(), nullable=False),
-        sa.Column("finished_at", sa.DateTime(timezone=True), nullable=True),
+        ddl.timestamp("finished_at", nullable=True),
         sa.Column("reason", sa.Text(), nullable=True),
-        sa.CheckConstraint(
-            "state IN ('open', 'done', 'failed', 'superseded')", name="ck_suite_jobs_state"
-        ),
-        sa.ForeignKeyConstraint(
-            ["rollout_id"], ["rollouts.id"], name="fk_suite_jobs_rollout_id_rollouts"
-        ),
-        sa.PrimaryKeyConstraint("id", name="pk_suite_jobs"),
+        ddl.one_of("suite_jobs", "state", ("open", "done", "failed", "superseded")),
+        ddl.foreign_key("suite_jobs", "rollout_id", "rollouts"),
+        ddl.primary_key("suite_jobs"),
     )
     op.create_index(
         "uq_suite_jobs_open",
@@ -72,6 +64,4 @@ def downgrade() -> None:
     with op.batch_alter_table("suite_runs") as batch:
         batch.drop_constraint("fk_suite_runs_job_id_suite_jobs", type_="foreignkey")
         batch.drop_column("job_id")
-    op.drop_index("ix_suite_jobs_rollout_id_gate_step_index", table_name="suite_jobs")
-    op.drop_index("uq_suite_jobs_open", table_name="suite_jobs")
-    op.drop_table("suite_jobs")
+    ddl.drop_table("suite_jobs", "ix_suite_jobs_rollout_id_gate_step_index", "uq_suite_jobs_open")

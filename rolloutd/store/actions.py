@@ -12,14 +12,15 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from datetime import datetime
-from typing import Any, Literal, cast
+from typing import Any, Literal
 
-from sqlalchemy import CursorResult, select, update
+from sqlalchemy import select, update
 from sqlalchemy.orm import Session
 
 from rolloutd.errors import NotFound
 from rolloutd.store.models import Action
-from rolloutd.store.upserts import insert_on_conflict
+from rolloutd.store.upserts import insert_unless_exists
+from rolloutd.store.writes import rowcount
 
 ActionOutcome = Literal["done", "failed"]
 OPEN = ("pending", "failed")
@@ -38,19 +39,16 @@ def enqueue_actions(
     """
     added: list[int] = []
     for key, kind, payload in actions:
-        new_id = session.scalar(
-            insert_on_conflict(session, Action)
-            .values(
-                rollout_id=rollout_id,
-                key=key,
-                kind=kind,
-                payload=payload,
-                status="pending",
-                attempts=0,
-                created_at=now,
-            )
-            .on_conflict_do_nothing()
-            .returning(Action.id)
+        new_id = insert_unless_exists(
+            session,
+            Action,
+            rollout_id=rollout_id,
+            key=key,
+            kind=kind,
+            payload=payload,
+            status="pending",
+            attempts=0,
+            created_at=now,
         )
         if new_id is not None:
             added.append(new_id)
@@ -160,11 +158,8 @@ def bump_action_attempt(
     }
     if permanent:
         values["status"] = "failed"
-    result = cast(
-        CursorResult[Any],
-        session.execute(update(Action).where(Action.id == action_id).values(**values)),
-    )
-    if result.rowcount != 1:
+    result = session.execute(update(Action).where(Action.id == action_id).values(**values))
+    if rowcount(result) != 1:
         raise NotFound(f"no action {action_id}")
 
 

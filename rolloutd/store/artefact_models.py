@@ -11,21 +11,10 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import (
-    JSON,
-    Boolean,
-    CheckConstraint,
-    Double,
-    ForeignKey,
-    Index,
-    Integer,
-    String,
-    Text,
-)
+from sqlalchemy import ForeignKey, Index, String
 from sqlalchemy.orm import Mapped, mapped_column
 
-from rolloutd.store.models import Base
-from rolloutd.store.timestamps import UTCDateTime
+from rolloutd.store.models import Base, PrimaryKey, RolloutRef, one_of
 
 DRILL_RESULTS = ("running", "passed", "failed")
 
@@ -36,10 +25,10 @@ class Drill(Base):
     __tablename__ = "drills"
     __table_args__ = (
         Index(None, "stable_digest", "canary_digest", "environment", "result"),
-        CheckConstraint(f"result IN ({', '.join(repr(r) for r in DRILL_RESULTS)})", name="result"),
+        one_of("result", DRILL_RESULTS),
     )
 
-    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    id: Mapped[PrimaryKey]
     plan_name: Mapped[str] = mapped_column(String(200))
     service: Mapped[str] = mapped_column(String(200))
     environment: Mapped[str] = mapped_column(String(100))
@@ -49,10 +38,10 @@ class Drill(Base):
     canary_digest: Mapped[str] = mapped_column(String(64))
     result: Mapped[str] = mapped_column(String(20))
     actor: Mapped[str] = mapped_column(String(200))
-    started_at: Mapped[datetime] = mapped_column(UTCDateTime)
-    finished_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
-    reason: Mapped[str | None] = mapped_column(Text)
-    detail: Mapped[dict[str, Any]] = mapped_column(JSON)
+    started_at: Mapped[datetime]
+    finished_at: Mapped[datetime | None]
+    reason: Mapped[str | None]
+    detail: Mapped[dict[str, Any]]
 
 
 class DeployRecord(Base):
@@ -64,19 +53,19 @@ class DeployRecord(Base):
         Index(None, "drill_id"),
     )
 
-    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
-    rollout_id: Mapped[int | None] = mapped_column(ForeignKey("rollouts.id"))
+    id: Mapped[PrimaryKey]
+    rollout_id: Mapped[RolloutRef | None]
     drill_id: Mapped[int | None] = mapped_column(ForeignKey("drills.id"))
     replica: Mapped[str] = mapped_column(String(200))
     set_name: Mapped[str] = mapped_column(String(200))
     set_digest: Mapped[str] = mapped_column(String(64))
     executor: Mapped[str] = mapped_column(String(40))
     step: Mapped[str] = mapped_column(String(40))
-    ok: Mapped[bool] = mapped_column(Boolean)
-    reason: Mapped[str] = mapped_column(Text)
-    duration_s: Mapped[float] = mapped_column(Double)
-    started_at: Mapped[datetime] = mapped_column(UTCDateTime)
-    detail: Mapped[dict[str, Any]] = mapped_column(JSON)
+    ok: Mapped[bool]
+    reason: Mapped[str]
+    duration_s: Mapped[float]
+    started_at: Mapped[datetime]
+    detail: Mapped[dict[str, Any]]
 
 
 __all__ = ["DRILL_RESULTS", "Base", "DeployRecord", "Drill"]

@@ -8,13 +8,14 @@ commits, so the leader wakes at once. On SQLite the leader finds the command at 
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Any, Final, Literal
+from typing import Any, Final, Literal, TypedDict, Unpack
 
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
 from rolloutd.errors import NotFound, Refused
 from rolloutd.store.models import Command, Rollout
+from rolloutd.store.writes import add_row
 
 COMMANDS_CHANNEL: Final = "rolloutd_commands"
 
@@ -22,36 +23,28 @@ CommandKind = Literal["promote", "abort", "pause", "resume"]
 CommandOutcome = Literal["applied", "rejected"]
 
 
-def add_command(
-    session: Session,
-    *,
-    rollout_id: int,
-    kind: CommandKind,
-    args: dict[str, Any],
-    actor: str,
-    reason: str | None,
-    now: datetime,
-) -> int:
+class NewCommand(TypedDict):
+    """What an operator asks of which rollout; the store adds the time and the status."""
+
+    rollout_id: int
+    kind: CommandKind
+    args: dict[str, Any]
+    actor: str
+    reason: str | None
+
+
+def add_command(session: Session, *, now: datetime, **command: Unpack[NewCommand]) -> int:
     """Queue a command for the leader and return its id; the NOTIFY payload is the rollout id.
 
     :raises NotFound: when there is no such rollout.
     """
+    rollout_id = command["rollout_id"]
     if session.get(Rollout, rollout_id) is None:
         raise NotFound(f"no rollout {rollout_id}")
-    command = Command(
-        rollout_id=rollout_id,
-        kind=kind,
-        args=args,
-        actor=actor,
-        reason=reason,
-        created_at=now,
-        status="pending",
-    )
-    session.add(command)
-    session.flush()
+    row = add_row(session, Command(**command, created_at=now, status="pending"))
     if session.get_bind().dialect.name == "postgresql":
         session.execute(select(func.pg_notify(COMMANDS_CHANNEL, str(rollout_id))))
-    return command.id
+    return row.id
 
 
 def pending_commands(session: Session, rollout_id: int) -> list[Command]:

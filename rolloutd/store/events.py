@@ -13,7 +13,7 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from rolloutd.store.models import Event
-from rolloutd.store.upserts import insert_on_conflict
+from rolloutd.store.upserts import insert_unless_exists
 
 
 def append_event(
@@ -32,21 +32,18 @@ def append_event(
     :returns: False, recording nothing, when an event with the same ``(rollout_id, dedup_key)``
         exists already; True otherwise.
     """
-    statement = (
-        insert_on_conflict(session, Event)
-        .values(
-            rollout_id=rollout_id,
-            at=now,
-            kind=kind,
-            actor=actor,
-            detail=detail,
-            data=data if data is not None else {},
-            dedup_key=dedup_key,
-        )
-        .on_conflict_do_nothing()
-        .returning(Event.id)
+    new_id = insert_unless_exists(
+        session,
+        Event,
+        rollout_id=rollout_id,
+        at=now,
+        kind=kind,
+        actor=actor,
+        detail=detail,
+        data=data if data is not None else {},
+        dedup_key=dedup_key,
     )
-    return session.scalar(statement) is not None
+    return new_id is not None
 
 
 def list_events(session: Session, rollout_id: int | None) -> list[Event]:

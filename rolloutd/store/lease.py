@@ -10,15 +10,20 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
-from typing import Any, cast
+from typing import TypeAlias
 
-from sqlalchemy import ColumnElement, CursorResult, and_, exists, or_, select, update
+from sqlalchemy import ColumnElement, and_, exists, or_, select, update
 from sqlalchemy.orm import Session
 
 from rolloutd.store.models import Lease
 from rolloutd.store.upserts import insert_on_conflict
+from rolloutd.store.writes import rowcount
 
 LEADER = "leader"
+
+Fence: TypeAlias = ColumnElement[bool]
+"""A condition a leader ANDs into the WHERE clause of its writes (see :func:`fence`)."""
+
 _NEVER = datetime(1970, 1, 1, tzinfo=UTC)
 
 
@@ -49,7 +54,7 @@ def acquire(
         .values(name=name, holder="", epoch=0, expires_at=_NEVER, renewed_at=_NEVER)
         .on_conflict_do_nothing()
     )
-    taken = _rowcount(
+    taken = rowcount(
         session.execute(
             update(Lease)
             .where(Lease.name == name, or_(Lease.expires_at <= now, Lease.holder == holder))
@@ -65,16 +70,9 @@ def acquire(
 
 def renew(session: Session, held: Held, *, ttl: timedelta, now: datetime) -> Held | None:
     """Extend a lease we hold; None when it was lost (expired, or taken over)."""
-    renewed = _rowcount(
+    renewed = rowcount(
         session.execute(
-            update(Lease)
-            .where(
-                Lease.name == held.name,
-                Lease.holder == held.holder,
-                Lease.epoch == held.epoch,
-                Lease.expires_at > now,
-            )
-            .values(expires_at=now + ttl, renewed_at=now)
+            update(Lease).where(_live(held, now)).values(expires_at=now + ttl, renewed_at=now)
         )
     )
     return Held(held.name, held.holder, held.epoch, now + ttl) if renewed == 1 else None
@@ -85,33 +83,13 @@ def release(session: Session, held: Held, *, now: datetime) -> bool:
 
     :returns: whether it was still ours to give up (held, and not expired).
     """
-    result = session.execute(
-        update(Lease)
-        .where(
-            Lease.name == held.name,
-            Lease.holder == held.holder,
-            Lease.epoch == held.epoch,
-            Lease.expires_at > now,
-        )
-        .values(expires_at=now)
-    )
-    return _rowcount(result) == 1
+    result = session.execute(update(Lease).where(_live(held, now)).values(expires_at=now))
+    return rowcount(result) == 1
 
 
-def fence(held: Held, *, now: datetime) -> ColumnElement[bool]:
+def fence(held: Held, *, now: datetime) -> Fence:
     """A condition that is true only while ``held`` is still the live lease."""
-    return exists().where(
-        and_(
-            Lease.name == held.name,
-            Lease.holder == held.holder,
-            Lease.epoch == held.epoch,
-            Lease.expires_at > now,
-        )
-    )
-
-
-def _rowcount(result: Any) -> int:
-    return int(cast(CursorResult[Any], result).rowcount)
+    return exists().where(_live(held, now))
 
 
 def hold_for_write(session: Session, held: Held, *, now: datetime) -> bool:
@@ -123,14 +101,15 @@ def hold_for_write(session: Session, held: Held, *, now: datetime) -> bool:
     are provably the leader; our own renewal, which moves only the expiry, takes FOR NO KEY
     UPDATE and does not wait for them. SQLite has one instance and no row locks.
     """
-    query = (
-        select(Lease.epoch)
-        .where(
-            Lease.name == held.name,
-            Lease.holder == held.holder,
-            Lease.epoch == held.epoch,
-            Lease.expires_at > now,
-        )
-        .with_for_update(read=True, key_share=True)
-    )
+    query = select(Lease.epoch).where(_live(held, now)).with_for_update(read=True, key_share=True)
     return session.scalar(query) is not None
+
+
+def _live(held: Held, now: datetime) -> ColumnElement[bool]:
+    """Whether ``held`` still names the lease's holder and epoch, and has not expired."""
+    return and_(
+        Lease.name == held.name,
+        Lease.holder == held.holder,
+        Lease.epoch == held.epoch,
+        Lease.expires_at > now,
+    )

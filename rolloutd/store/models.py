@@ -13,16 +13,14 @@ convention below, so later migrations (batch mode on SQLite) can address them by
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Any
+from typing import Annotated, Any, TypeAlias
 
 from sqlalchemy import (
     JSON,
-    Boolean,
     CheckConstraint,
     Double,
     ForeignKey,
     Index,
-    Integer,
     MetaData,
     String,
     Text,
@@ -48,15 +46,35 @@ GATE_ROLES = ("step", "trigger")
 ENGINES = ("trtllm", "vllm")
 
 
-def _one_of(column: str, values: tuple[str, ...]) -> CheckConstraint:
+PrimaryKey: TypeAlias = Annotated[int, mapped_column(primary_key=True, autoincrement=True)]
+"""An integer key the database numbers."""
+
+RolloutRef: TypeAlias = Annotated[int, mapped_column(ForeignKey("rollouts.id"))]
+"""The rollout a row belongs to."""
+
+
+def one_of(column: str, values: tuple[str, ...]) -> CheckConstraint:
+    """A check that ``column`` holds one of ``values``, named after the column."""
     allowed = ", ".join(f"'{v}'" for v in values)
     return CheckConstraint(f"{column} IN ({allowed})", name=column)
 
 
 class Base(DeclarativeBase):
-    """Declarative base carrying the shared metadata and naming convention."""
+    """Declarative base carrying the shared metadata, naming convention and column types.
+
+    A column names its type only where the Python type does not say it all: a string with a
+    length limit is ``String(n)``, any other ``str`` is ``Text``.
+    """
 
     metadata = MetaData(naming_convention=NAMING_CONVENTION)
+    type_annotation_map = {
+        datetime: UTCDateTime,
+        float: Double,
+        str: Text,
+        dict[str, Any]: JSON,
+        list[str]: JSON,
+        list[dict[str, Any]]: JSON,
+    }
 
 
 class Rollout(Base):
@@ -76,20 +94,20 @@ class Rollout(Base):
         ),
     )
 
-    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    id: Mapped[PrimaryKey]
     name: Mapped[str] = mapped_column(String(200))
     service: Mapped[str] = mapped_column(String(200))
     environment: Mapped[str] = mapped_column(String(100))
     state: Mapped[str] = mapped_column(String(40), index=True)
-    active: Mapped[bool] = mapped_column(Boolean)
+    active: Mapped[bool]
     plan_hash: Mapped[str] = mapped_column(String(64))
-    plan_source: Mapped[str] = mapped_column(Text)
-    plan_path: Mapped[str] = mapped_column(Text)
-    progress: Mapped[dict[str, Any]] = mapped_column(JSON)
-    revision: Mapped[int] = mapped_column(Integer)
+    plan_source: Mapped[str]
+    plan_path: Mapped[str]
+    progress: Mapped[dict[str, Any]]
+    revision: Mapped[int]
     created_by: Mapped[str] = mapped_column(String(200))
-    created_at: Mapped[datetime] = mapped_column(UTCDateTime)
-    updated_at: Mapped[datetime] = mapped_column(UTCDateTime)
+    created_at: Mapped[datetime]
+    updated_at: Mapped[datetime]
 
     def __repr__(self) -> str:
         return (
@@ -103,14 +121,14 @@ class StepProgress(Base):
 
     __tablename__ = "step_progress"
 
-    rollout_id: Mapped[int] = mapped_column(ForeignKey("rollouts.id"), primary_key=True)
-    step_index: Mapped[int] = mapped_column(Integer, primary_key=True)
+    rollout_id: Mapped[RolloutRef] = mapped_column(primary_key=True)
+    step_index: Mapped[int] = mapped_column(primary_key=True)
     name: Mapped[str] = mapped_column(String(200))
     kind: Mapped[str] = mapped_column(String(40))
-    weight: Mapped[float] = mapped_column(Double)
-    entered_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
-    verified_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
-    completed_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
+    weight: Mapped[float]
+    entered_at: Mapped[datetime | None]
+    verified_at: Mapped[datetime | None]
+    completed_at: Mapped[datetime | None]
 
 
 class GateEvaluation(Base):
@@ -119,23 +137,23 @@ class GateEvaluation(Base):
     __tablename__ = "gate_evaluations"
     __table_args__ = (
         Index(None, "rollout_id", "gate", "evaluated_at"),
-        _one_of("role", GATE_ROLES),
+        one_of("role", GATE_ROLES),
     )
 
-    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
-    rollout_id: Mapped[int] = mapped_column(ForeignKey("rollouts.id"))
-    step_index: Mapped[int] = mapped_column(Integer)
+    id: Mapped[PrimaryKey]
+    rollout_id: Mapped[RolloutRef]
+    step_index: Mapped[int]
     gate: Mapped[str] = mapped_column(String(200))
     role: Mapped[str] = mapped_column(String(20))
     verdict: Mapped[str] = mapped_column(String(40))
-    value: Mapped[float | None] = mapped_column(Double)
+    value: Mapped[float | None]
     threshold: Mapped[str | None] = mapped_column(String(200))
-    query: Mapped[str | None] = mapped_column(Text)
-    samples: Mapped[int | None] = mapped_column(Integer)
-    statistic: Mapped[float | None] = mapped_column(Double)
-    reason: Mapped[str | None] = mapped_column(Text)
-    evidence: Mapped[dict[str, Any]] = mapped_column(JSON)
-    evaluated_at: Mapped[datetime] = mapped_column(UTCDateTime)
+    query: Mapped[str | None]
+    samples: Mapped[int | None]
+    statistic: Mapped[float | None]
+    reason: Mapped[str | None]
+    evidence: Mapped[dict[str, Any]]
+    evaluated_at: Mapped[datetime]
 
 
 class Command(Base):
@@ -144,20 +162,20 @@ class Command(Base):
     __tablename__ = "commands"
     __table_args__ = (
         Index(None, "rollout_id", "status"),
-        _one_of("kind", COMMAND_KINDS),
-        _one_of("status", COMMAND_STATUSES),
+        one_of("kind", COMMAND_KINDS),
+        one_of("status", COMMAND_STATUSES),
     )
 
-    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
-    rollout_id: Mapped[int] = mapped_column(ForeignKey("rollouts.id"))
+    id: Mapped[PrimaryKey]
+    rollout_id: Mapped[RolloutRef]
     kind: Mapped[str] = mapped_column(String(20))
-    args: Mapped[dict[str, Any]] = mapped_column(JSON)
+    args: Mapped[dict[str, Any]]
     actor: Mapped[str] = mapped_column(String(200))
-    reason: Mapped[str | None] = mapped_column(Text)
-    created_at: Mapped[datetime] = mapped_column(UTCDateTime)
+    reason: Mapped[str | None]
+    created_at: Mapped[datetime]
     status: Mapped[str] = mapped_column(String(20))
-    handled_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
-    outcome: Mapped[str | None] = mapped_column(Text)
+    handled_at: Mapped[datetime | None]
+    outcome: Mapped[str | None]
 
 
 class Event(Base):
@@ -178,13 +196,13 @@ class Event(Base):
         Index(None, "rollout_id", "at"),
     )
 
-    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
-    rollout_id: Mapped[int | None] = mapped_column(ForeignKey("rollouts.id"))
-    at: Mapped[datetime] = mapped_column(UTCDateTime)
+    id: Mapped[PrimaryKey]
+    rollout_id: Mapped[RolloutRef | None]
+    at: Mapped[datetime]
     kind: Mapped[str] = mapped_column(String(60))
     actor: Mapped[str] = mapped_column(String(200))
-    detail: Mapped[str] = mapped_column(Text)
-    data: Mapped[dict[str, Any]] = mapped_column(JSON)
+    detail: Mapped[str]
+    data: Mapped[dict[str, Any]]
     dedup_key: Mapped[str | None] = mapped_column(String(200))
 
 
@@ -195,20 +213,20 @@ class Action(Base):
     __table_args__ = (
         UniqueConstraint("rollout_id", "key"),
         Index(None, "status", "created_at"),
-        _one_of("status", ACTION_STATUSES),
+        one_of("status", ACTION_STATUSES),
     )
 
-    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
-    rollout_id: Mapped[int] = mapped_column(ForeignKey("rollouts.id"))
+    id: Mapped[PrimaryKey]
+    rollout_id: Mapped[RolloutRef]
     key: Mapped[str] = mapped_column(String(200))
     kind: Mapped[str] = mapped_column(String(60))
-    payload: Mapped[dict[str, Any]] = mapped_column(JSON)
+    payload: Mapped[dict[str, Any]]
     status: Mapped[str] = mapped_column(String(20))
-    attempts: Mapped[int] = mapped_column(Integer)
-    last_error: Mapped[str | None] = mapped_column(Text)
-    created_at: Mapped[datetime] = mapped_column(UTCDateTime)
-    done_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
-    next_attempt_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
+    attempts: Mapped[int]
+    last_error: Mapped[str | None]
+    created_at: Mapped[datetime]
+    done_at: Mapped[datetime | None]
+    next_attempt_at: Mapped[datetime | None]
     """After a failed attempt: not before this wall-clock time (exponential backoff)."""
 
 
@@ -216,17 +234,17 @@ class ArtefactSet(Base):
     """A pinned set of engine artefacts (config + files with digests) that a replica can run."""
 
     __tablename__ = "artefact_sets"
-    __table_args__ = (_one_of("engine", ENGINES),)
+    __table_args__ = (one_of("engine", ENGINES),)
 
-    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    id: Mapped[PrimaryKey]
     name: Mapped[str] = mapped_column(String(200), unique=True)
     engine: Mapped[str] = mapped_column(String(20))
-    engine_config: Mapped[dict[str, Any]] = mapped_column(JSON)
-    files: Mapped[list[dict[str, Any]]] = mapped_column(JSON)
+    engine_config: Mapped[dict[str, Any]]
+    files: Mapped[list[dict[str, Any]]]
     digest: Mapped[str] = mapped_column(String(64))
-    root: Mapped[str] = mapped_column(Text)
+    root: Mapped[str]
     created_by: Mapped[str] = mapped_column(String(200))
-    created_at: Mapped[datetime] = mapped_column(UTCDateTime)
+    created_at: Mapped[datetime]
 
 
 class Lease(Base):
@@ -245,9 +263,9 @@ class Lease(Base):
 
     name: Mapped[str] = mapped_column(String(100), primary_key=True)
     holder: Mapped[str] = mapped_column(String(200))
-    epoch: Mapped[int] = mapped_column(Integer)
-    expires_at: Mapped[datetime] = mapped_column(UTCDateTime)
-    renewed_at: Mapped[datetime] = mapped_column(UTCDateTime)
+    epoch: Mapped[int]
+    expires_at: Mapped[datetime]
+    renewed_at: Mapped[datetime]
 
 
 # The tables of the suite runner, the deploy executors and the alert outbox live in modules of

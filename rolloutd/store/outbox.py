@@ -14,13 +14,15 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any, cast
+from typing import Any, TypedDict, Unpack
 
-from sqlalchemy import ColumnElement, CursorResult, Update, func, select, update
+from sqlalchemy import func, select, update
 from sqlalchemy.orm import Session
 
+from rolloutd.store.lease import Fence
 from rolloutd.store.outbox_models import OutboxMessage
-from rolloutd.store.upserts import insert_on_conflict
+from rolloutd.store.upserts import insert_unless_exists
+from rolloutd.store.writes import rowcount
 
 
 @dataclass(frozen=True)
@@ -33,46 +35,36 @@ class OutboxStats:
     sent: int
 
 
-def enqueue_message(
-    session: Session,
-    *,
-    key: str,
-    rollout_id: int | None,
-    topic: str,
-    severity: str,
-    channel: str,
-    webhook_env: str,
-    message: dict[str, Any],
-    now: datetime,
-) -> bool:
+class NewMessage(TypedDict):
+    """One alert for one channel, under the key that makes enqueueing it again a no-op."""
+
+    key: str
+    rollout_id: int | None
+    topic: str
+    severity: str
+    channel: str
+    webhook_env: str
+    message: dict[str, Any]
+
+
+def enqueue_message(session: Session, *, now: datetime, **alert: Unpack[NewMessage]) -> bool:
     """Add one message for one channel, due at once.
 
     :returns: False, adding nothing, when a message with ``key`` exists already.
     """
-    statement = (
-        insert_on_conflict(session, OutboxMessage)
-        .values(
-            key=key,
-            rollout_id=rollout_id,
-            topic=topic,
-            severity=severity,
-            channel=channel,
-            webhook_env=webhook_env,
-            message=message,
-            status="pending",
-            attempts=0,
-            created_at=now,
-            next_attempt_at=now,
-        )
-        .on_conflict_do_nothing()
-        .returning(OutboxMessage.id)
+    new_id = insert_unless_exists(
+        session,
+        OutboxMessage,
+        **alert,
+        status="pending",
+        attempts=0,
+        created_at=now,
+        next_attempt_at=now,
     )
-    return session.scalar(statement) is not None
+    return new_id is not None
 
 
-def heads_of_queues(
-    session: Session, *, fence: ColumnElement[bool] | None = None
-) -> list[OutboxMessage]:
+def heads_of_queues(session: Session, *, fence: Fence | None = None) -> list[OutboxMessage]:
     """The oldest pending message of each webhook (due or not), oldest first.
 
     ``fence``: read nothing unless it holds (a sender that lost the lease has nothing to send).
@@ -100,77 +92,48 @@ def heads_of_queues(
 
 
 def mark_sent(
-    session: Session, message_id: int, *, now: datetime, fence: ColumnElement[bool] | None = None
+    session: Session, message_id: int, *, now: datetime, fence: Fence | None = None
 ) -> bool:
     """Slack accepted the message.
 
     :returns: False, writing nothing, when the message is no longer pending or ``fence`` fails.
     """
-    return _update_pending(
-        session,
-        message_id,
-        fence,
-        update(OutboxMessage).values(
-            status="sent", sent_at=now, attempts=OutboxMessage.attempts + 1
-        ),
-    )
+    return _count_attempt(session, message_id, fence, status="sent", sent_at=now)
 
 
 def defer(
-    session: Session,
-    message_id: int,
-    *,
-    until: datetime,
-    error: str,
-    fence: ColumnElement[bool] | None = None,
+    session: Session, message_id: int, *, until: datetime, error: str, fence: Fence | None = None
 ) -> bool:
     """Count a failed attempt and try again at ``until``.
 
     :returns: False, writing nothing, when the message is no longer pending or ``fence`` fails.
     """
-    return _update_pending(
-        session,
-        message_id,
-        fence,
-        update(OutboxMessage).values(
-            attempts=OutboxMessage.attempts + 1, last_error=error, next_attempt_at=until
-        ),
-    )
+    return _count_attempt(session, message_id, fence, last_error=error, next_attempt_at=until)
 
 
 def give_up(
-    session: Session,
-    message_id: int,
-    *,
-    now: datetime,
-    error: str,
-    fence: ColumnElement[bool] | None = None,
+    session: Session, message_id: int, *, now: datetime, error: str, fence: Fence | None = None
 ) -> bool:
     """Mark a message undeliverable: retrying cannot help (Slack refused it for good).
 
     :returns: False, writing nothing, when the message is no longer pending or ``fence`` fails.
     """
-    return _update_pending(
-        session,
-        message_id,
-        fence,
-        update(OutboxMessage).values(
-            status="failed", attempts=OutboxMessage.attempts + 1, last_error=error, sent_at=now
-        ),
+    return _count_attempt(
+        session, message_id, fence, status="failed", last_error=error, sent_at=now
     )
 
 
-def _update_pending(
-    session: Session,
-    message_id: int,
-    fence: ColumnElement[bool] | None,
-    statement: Update,
-) -> bool:
-    statement = statement.where(OutboxMessage.id == message_id, OutboxMessage.status == "pending")
+def _count_attempt(session: Session, message_id: int, fence: Fence | None, **values: Any) -> bool:
+    """Count one more attempt at a pending message, writing ``values`` with it."""
+    statement = (
+        update(OutboxMessage)
+        .where(OutboxMessage.id == message_id, OutboxMessage.status == "pending")
+        .values(attempts=OutboxMessage.attempts + 1, **values)
+    )
     if fence is not None:
         statement = statement.where(fence)
     result = session.execute(statement.execution_options(synchronize_session=False))
-    return int(cast(CursorResult[Any], result).rowcount) == 1
+    return rowcount(result) == 1
 
 
 def outbox_stats(session: Session) -> OutboxStats:

@@ -11,11 +11,10 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import JSON, CheckConstraint, ForeignKey, Index, Integer, String, Text
+from sqlalchemy import Index, String
 from sqlalchemy.orm import Mapped, mapped_column
 
-from rolloutd.store.models import Base
-from rolloutd.store.timestamps import UTCDateTime
+from rolloutd.store.models import Base, PrimaryKey, RolloutRef, one_of
 
 OUTBOX_STATUSES = ("pending", "sent", "failed")
 
@@ -26,22 +25,20 @@ class OutboxMessage(Base):
     __tablename__ = "alert_outbox"
     __table_args__ = (
         Index(None, "status", "created_at"),
-        CheckConstraint(
-            "status IN ({})".format(", ".join(f"'{s}'" for s in OUTBOX_STATUSES)), name="status"
-        ),
+        one_of("status", OUTBOX_STATUSES),
     )
 
-    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    id: Mapped[PrimaryKey]
     key: Mapped[str] = mapped_column(String(300), unique=True)
-    rollout_id: Mapped[int | None] = mapped_column(ForeignKey("rollouts.id"))
+    rollout_id: Mapped[RolloutRef | None]
     topic: Mapped[str] = mapped_column(String(60))
     severity: Mapped[str] = mapped_column(String(20))
     channel: Mapped[str] = mapped_column(String(100))
     webhook_env: Mapped[str] = mapped_column(String(100))
-    message: Mapped[dict[str, Any]] = mapped_column(JSON)
+    message: Mapped[dict[str, Any]]
     status: Mapped[str] = mapped_column(String(20))
-    attempts: Mapped[int] = mapped_column(Integer)
-    last_error: Mapped[str | None] = mapped_column(Text)
-    created_at: Mapped[datetime] = mapped_column(UTCDateTime)
-    next_attempt_at: Mapped[datetime] = mapped_column(UTCDateTime)
-    sent_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
+    attempts: Mapped[int]
+    last_error: Mapped[str | None]
+    created_at: Mapped[datetime]
+    next_attempt_at: Mapped[datetime]
+    sent_at: Mapped[datetime | None]

@@ -8,9 +8,9 @@ undoing someone else's. The daemon will AND its lease-epoch check into the same 
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Any, cast
+from typing import Any, TypedDict, Unpack
 
-from sqlalchemy import ColumnElement, CursorResult, select, update
+from sqlalchemy import select, update
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 from sqlalchemy.orm.attributes import set_committed_value
@@ -18,42 +18,34 @@ from sqlalchemy.orm.attributes import set_committed_value
 from rolloutd.errors import NotFound, Refused
 from rolloutd.store.errors import StaleWrite
 from rolloutd.store.events import append_event
+from rolloutd.store.lease import Fence
 from rolloutd.store.models import Rollout
+from rolloutd.store.writes import rowcount
+
+
+class NewRollout(TypedDict):
+    """Which plan a new rollout runs, where, and the state machine's first progress."""
+
+    name: str
+    service: str
+    environment: str
+    plan_hash: str
+    plan_source: str
+    plan_path: str
+    progress: dict[str, Any]
+    state: str
 
 
 def create_rollout(
-    session: Session,
-    *,
-    name: str,
-    service: str,
-    environment: str,
-    plan_hash: str,
-    plan_source: str,
-    plan_path: str,
-    progress: dict[str, Any],
-    state: str,
-    actor: str,
-    now: datetime,
+    session: Session, *, actor: str, now: datetime, **new: Unpack[NewRollout]
 ) -> int:
     """Insert an active rollout and its "created" event; return the new rollout's id.
 
     :raises Refused: when another rollout of the same service and environment is active.
     """
-    _refuse_if_active(session, service, environment)
+    _refuse_if_active(session, new["service"], new["environment"])
     rollout = Rollout(
-        name=name,
-        service=service,
-        environment=environment,
-        state=state,
-        active=True,
-        plan_hash=plan_hash,
-        plan_source=plan_source,
-        plan_path=plan_path,
-        progress=progress,
-        revision=0,
-        created_by=actor,
-        created_at=now,
-        updated_at=now,
+        **new, active=True, revision=0, created_by=actor, created_at=now, updated_at=now
     )
     try:
         with session.begin_nested():
@@ -61,15 +53,16 @@ def create_rollout(
     except IntegrityError:
         # Another transaction inserted an active rollout between our check and our insert, and
         # the partial unique index stopped us; the savepoint keeps the caller's transaction alive.
-        _refuse_if_active(session, service, environment)
+        _refuse_if_active(session, new["service"], new["environment"])
         raise
     append_event(
         session,
         rollout_id=rollout.id,
         kind="created",
         actor=actor,
-        detail=f"created {name} for {service}/{environment} from {plan_path}",
-        data={"plan_hash": plan_hash, "plan_path": plan_path, "state": state},
+        detail=f"created {new['name']} for {new['service']}/{new['environment']}"
+        f" from {new['plan_path']}",
+        data={"plan_hash": new["plan_hash"], "plan_path": new["plan_path"], "state": new["state"]},
         now=now,
     )
     return rollout.id
@@ -115,7 +108,7 @@ def save_progress(
     state: str,
     active: bool,
     now: datetime,
-    fence: ColumnElement[bool] | None = None,
+    fence: Fence | None = None,
 ) -> None:
     """Write the state machine's progress if nobody wrote the rollout since it was read.
 
@@ -138,8 +131,7 @@ def save_progress(
         revision=Rollout.revision + 1,
         updated_at=now,
     ).execution_options(synchronize_session=False)
-    result = cast(CursorResult[Any], session.execute(statement))
-    if result.rowcount != 1:
+    if rowcount(session.execute(statement)) != 1:
         raise StaleWrite(rollout.id, expected)
     written = {
         "progress": progress,

@@ -7,6 +7,7 @@ move ``verified_at`` forward, so each timestamp keeps its first value.
 from __future__ import annotations
 
 from datetime import datetime
+from typing import NotRequired, TypedDict, Unpack
 
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session
@@ -15,30 +16,23 @@ from rolloutd.store.models import StepProgress
 from rolloutd.store.upserts import insert_on_conflict
 
 
-def upsert_step(
-    session: Session,
-    *,
-    rollout_id: int,
-    step_index: int,
-    name: str,
-    kind: str,
-    weight: float,
-    entered_at: datetime | None = None,
-    verified_at: datetime | None = None,
-    completed_at: datetime | None = None,
-) -> StepProgress:
+class StepFacts(TypedDict):
+    """One step of a rollout as its plan says, and the times it was seen to get further."""
+
+    rollout_id: int
+    step_index: int
+    name: str
+    kind: str
+    weight: float
+    entered_at: NotRequired[datetime | None]
+    verified_at: NotRequired[datetime | None]
+    completed_at: NotRequired[datetime | None]
+
+
+def upsert_step(session: Session, **step: Unpack[StepFacts]) -> StepProgress:
     """Create or update a step's row; a timestamp already set is never overwritten."""
     table = StepProgress.__table__
-    insert = insert_on_conflict(session, StepProgress).values(
-        rollout_id=rollout_id,
-        step_index=step_index,
-        name=name,
-        kind=kind,
-        weight=weight,
-        entered_at=entered_at,
-        verified_at=verified_at,
-        completed_at=completed_at,
-    )
+    insert = insert_on_conflict(session, StepProgress).values(**step)
     session.execute(
         insert.on_conflict_do_update(
             index_elements=[table.c.rollout_id, table.c.step_index],
@@ -55,7 +49,10 @@ def upsert_step(
     )
     return session.scalars(
         select(StepProgress)
-        .where(StepProgress.rollout_id == rollout_id, StepProgress.step_index == step_index)
+        .where(
+            StepProgress.rollout_id == step["rollout_id"],
+            StepProgress.step_index == step["step_index"],
+        )
         .execution_options(populate_existing=True)
     ).one()
 

@@ -14,12 +14,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any, cast
+from typing import Any, TypedDict, Unpack
 
-from sqlalchemy import CursorResult, or_, select, update
+from sqlalchemy import or_, select, update
 from sqlalchemy.orm import Session
 
 from rolloutd.store.suite_models import SuiteJob
+from rolloutd.store.writes import add_row, rowcount
 
 OPEN = "open"
 
@@ -60,21 +61,18 @@ def last_ended_at(
     )
 
 
-def add_job(
-    session: Session, *, rollout_id: int, gate: str, step_index: int, due_at: datetime
-) -> SuiteJob:
+class DueJob(TypedDict):
+    """Which gate's suite is due, in which step of which rollout, and since when."""
+
+    rollout_id: int
+    gate: str
+    step_index: int
+    due_at: datetime
+
+
+def add_job(session: Session, **due: Unpack[DueJob]) -> SuiteJob:
     """Write the fact that the gate's suite is due; nobody holds it yet."""
-    job = SuiteJob(
-        rollout_id=rollout_id,
-        gate=gate,
-        step_index=step_index,
-        state=OPEN,
-        due_at=due_at,
-        attempts=0,
-    )
-    session.add(job)
-    session.flush()
-    return job
+    return add_row(session, SuiteJob(**due, state=OPEN, attempts=0))
 
 
 def claim(
@@ -83,7 +81,7 @@ def claim(
     """Take the open job unless another holder's claim is still live; None if it was not
     free, or was claimed again since it was read with ``attempts`` claims."""
     attempt = attempts + 1
-    taken = _rowcount(
+    taken = rowcount(
         session.execute(
             update(SuiteJob)
             .where(
@@ -101,7 +99,7 @@ def claim(
 
 def extend(session: Session, held: Claim, *, until: datetime) -> Claim | None:
     """Move the claim's expiry to ``until``; None when the job is no longer ours."""
-    moved = _rowcount(session.execute(_ours(held).values(acquired_until=until)))
+    moved = rowcount(session.execute(_ours(held).values(acquired_until=until)))
     return Claim(held.job_id, held.attempt, held.holder, until) if moved == 1 else None
 
 
@@ -118,13 +116,13 @@ def finish(
     ended = session.execute(
         _ours(held).values(state=state, finished_at=now, reason=reason, acquired_until=now)
     )
-    return _rowcount(ended) == 1
+    return rowcount(ended) == 1
 
 
 def release(session: Session, held: Claim, *, now: datetime, reason: str) -> bool:
     """Give the job up unfinished, so another instance may claim it at once."""
     freed = session.execute(_ours(held).values(acquired_until=now, reason=reason))
-    return _rowcount(freed) == 1
+    return rowcount(freed) == 1
 
 
 def end_job(session: Session, job_id: int, *, state: str, now: datetime, reason: str) -> None:
@@ -148,7 +146,3 @@ def _claim_is(held: Claim) -> tuple[Any, ...]:
 
 def _ours(held: Claim) -> Any:
     return update(SuiteJob).where(*_claim_is(held)).execution_options(synchronize_session=False)
-
-
-def _rowcount(result: Any) -> int:
-    return int(cast(CursorResult[Any], result).rowcount)

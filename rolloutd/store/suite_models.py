@@ -14,23 +14,10 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import (
-    JSON,
-    Boolean,
-    CheckConstraint,
-    Double,
-    ForeignKey,
-    Index,
-    Integer,
-    String,
-    Text,
-    UniqueConstraint,
-    text,
-)
+from sqlalchemy import ForeignKey, Index, String, UniqueConstraint, text
 from sqlalchemy.orm import Mapped, mapped_column
 
-from rolloutd.store.models import Base
-from rolloutd.store.timestamps import UTCDateTime
+from rolloutd.store.models import Base, PrimaryKey, RolloutRef, one_of
 
 SUITE_RUN_ROLES = ("canary", "baseline")
 SUITE_JOB_STATES = ("open", "done", "failed", "superseded")
@@ -44,11 +31,6 @@ CASE_OUTCOMES = (
     "request_error",
 )
 FIELD_OUTCOMES = ("correct", "format", "wrong_value", "missing", "extra")
-
-
-def _one_of(column: str, values: tuple[str, ...]) -> CheckConstraint:
-    allowed = ", ".join(f"'{v}'" for v in values)
-    return CheckConstraint(f"{column} IN ({allowed})", name=column)
 
 
 class SuiteJob(Base):
@@ -71,20 +53,20 @@ class SuiteJob(Base):
             sqlite_where=text("state = 'open'"),
         ),
         Index(None, "rollout_id", "gate", "step_index"),
-        _one_of("state", SUITE_JOB_STATES),
+        one_of("state", SUITE_JOB_STATES),
     )
 
-    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
-    rollout_id: Mapped[int] = mapped_column(ForeignKey("rollouts.id"))
+    id: Mapped[PrimaryKey]
+    rollout_id: Mapped[RolloutRef]
     gate: Mapped[str] = mapped_column(String(200))
-    step_index: Mapped[int] = mapped_column(Integer)
+    step_index: Mapped[int]
     state: Mapped[str] = mapped_column(String(20))
-    due_at: Mapped[datetime] = mapped_column(UTCDateTime)
+    due_at: Mapped[datetime]
     acquired_by: Mapped[str | None] = mapped_column(String(200))
-    acquired_until: Mapped[datetime | None] = mapped_column(UTCDateTime)
-    attempts: Mapped[int] = mapped_column(Integer)
-    finished_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
-    reason: Mapped[str | None] = mapped_column(Text)
+    acquired_until: Mapped[datetime | None]
+    attempts: Mapped[int]
+    finished_at: Mapped[datetime | None]
+    reason: Mapped[str | None]
 
 
 class SuiteRun(Base):
@@ -93,33 +75,33 @@ class SuiteRun(Base):
     __tablename__ = "suite_runs"
     __table_args__ = (
         Index(None, "rollout_id", "gate", "role", "finished_at"),
-        _one_of("role", SUITE_RUN_ROLES),
+        one_of("role", SUITE_RUN_ROLES),
     )
 
-    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
-    rollout_id: Mapped[int | None] = mapped_column(ForeignKey("rollouts.id"))
+    id: Mapped[PrimaryKey]
+    rollout_id: Mapped[RolloutRef | None]
     job_id: Mapped[int | None] = mapped_column(ForeignKey("suite_jobs.id"))
-    step_index: Mapped[int | None] = mapped_column(Integer)
+    step_index: Mapped[int | None]
     gate: Mapped[str | None] = mapped_column(String(200))
     role: Mapped[str] = mapped_column(String(20))
-    suite_path: Mapped[str] = mapped_column(Text)
+    suite_path: Mapped[str]
     suite_sha256: Mapped[str] = mapped_column(String(64))
-    endpoint: Mapped[str] = mapped_column(Text)
+    endpoint: Mapped[str]
     model: Mapped[str | None] = mapped_column(String(200))
-    seed: Mapped[int | None] = mapped_column(Integer)
-    concurrency: Mapped[int | None] = mapped_column(Integer)
-    started_at: Mapped[datetime] = mapped_column(UTCDateTime)
-    finished_at: Mapped[datetime] = mapped_column(UTCDateTime)
-    cases: Mapped[int] = mapped_column(Integer)
-    measured: Mapped[int] = mapped_column(Integer)
-    exact: Mapped[int] = mapped_column(Integer)
-    strict_exact: Mapped[int] = mapped_column(Integer)
-    schema_violations: Mapped[int] = mapped_column(Integer)
-    tool_calls: Mapped[int] = mapped_column(Integer)
-    request_errors: Mapped[int] = mapped_column(Integer)
-    exactness: Mapped[float | None] = mapped_column(Double)
-    strict_exactness: Mapped[float | None] = mapped_column(Double)
-    outcomes: Mapped[dict[str, Any]] = mapped_column(JSON)
+    seed: Mapped[int | None]
+    concurrency: Mapped[int | None]
+    started_at: Mapped[datetime]
+    finished_at: Mapped[datetime]
+    cases: Mapped[int]
+    measured: Mapped[int]
+    exact: Mapped[int]
+    strict_exact: Mapped[int]
+    schema_violations: Mapped[int]
+    tool_calls: Mapped[int]
+    request_errors: Mapped[int]
+    exactness: Mapped[float | None]
+    strict_exactness: Mapped[float | None]
+    outcomes: Mapped[dict[str, Any]]
 
 
 class SuiteCaseResult(Base):
@@ -128,24 +110,24 @@ class SuiteCaseResult(Base):
     __tablename__ = "suite_case_results"
     __table_args__ = (
         UniqueConstraint("run_id", "case_id"),
-        _one_of("outcome", CASE_OUTCOMES),
+        one_of("outcome", CASE_OUTCOMES),
     )
 
-    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    id: Mapped[PrimaryKey]
     run_id: Mapped[int] = mapped_column(ForeignKey("suite_runs.id"))
     case_id: Mapped[str] = mapped_column(String(200))
-    position: Mapped[int] = mapped_column(Integer)
+    position: Mapped[int]
     expected_tool: Mapped[str] = mapped_column(String(200))
     tool: Mapped[str | None] = mapped_column(String(200))
     outcome: Mapped[str] = mapped_column(String(30))
-    exact: Mapped[bool | None] = mapped_column(Boolean)
-    strict: Mapped[bool | None] = mapped_column(Boolean)
-    schema_valid: Mapped[bool | None] = mapped_column(Boolean)
-    arguments: Mapped[str | None] = mapped_column(Text)
-    schema_errors: Mapped[list[str]] = mapped_column(JSON)
-    error: Mapped[str | None] = mapped_column(Text)
-    attempts: Mapped[int] = mapped_column(Integer)
-    latency_s: Mapped[float | None] = mapped_column(Double)
+    exact: Mapped[bool | None]
+    strict: Mapped[bool | None]
+    schema_valid: Mapped[bool | None]
+    arguments: Mapped[str | None]
+    schema_errors: Mapped[list[str]]
+    error: Mapped[str | None]
+    attempts: Mapped[int]
+    latency_s: Mapped[float | None]
 
 
 class SuiteFieldResult(Base):
@@ -154,15 +136,15 @@ class SuiteFieldResult(Base):
     __tablename__ = "suite_field_results"
     __table_args__ = (
         Index(None, "run_id", "field"),
-        _one_of("outcome", FIELD_OUTCOMES),
+        one_of("outcome", FIELD_OUTCOMES),
     )
 
-    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    id: Mapped[PrimaryKey]
     case_result_id: Mapped[int] = mapped_column(ForeignKey("suite_case_results.id"))
     run_id: Mapped[int] = mapped_column(ForeignKey("suite_runs.id"))
     field: Mapped[str] = mapped_column(String(200))
     outcome: Mapped[str] = mapped_column(String(20))
-    schema_valid: Mapped[bool] = mapped_column(Boolean)
-    strict_correct: Mapped[bool] = mapped_column(Boolean)
-    expected: Mapped[str | None] = mapped_column(Text)
-    actual: Mapped[str | None] = mapped_column(Text)
+    schema_valid: Mapped[bool]
+    strict_correct: Mapped[bool]
+    expected: Mapped[str | None]
+    actual: Mapped[str | None]

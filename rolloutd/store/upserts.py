@@ -8,7 +8,7 @@ SQLAlchemy constructs; this module picks the right one.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, TypeAlias
+from typing import TYPE_CHECKING, Any, TypeAlias
 
 from sqlalchemy.orm import Session
 
@@ -37,3 +37,14 @@ def insert_on_conflict(session: Session, model: type[Base]) -> ConflictInsert:
 
         return sqlite.insert(model)
     raise PermanentError(f"rolloutd does not support the {dialect!r} database")
+
+
+def insert_unless_exists(session: Session, model: type[Base], **values: Any) -> int | None:
+    """Insert one row into ``model``'s table unless it would break a unique key.
+
+    :returns: the new row's id, or None when a row with the same key exists already (nothing
+        was written, and the surrounding transaction goes on).
+    """
+    statement = insert_on_conflict(session, model).values(**values).on_conflict_do_nothing()
+    new_id: int | None = session.scalar(statement.returning(model.__table__.c.id))
+    return new_id

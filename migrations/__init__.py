@@ -1,0 +1,1 @@
+"""rolloutd's alembic migrations: a package, so that revisions can import :mod:`migrations.ddl`."""
