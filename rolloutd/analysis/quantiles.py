@@ -34,7 +34,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from functools import lru_cache
 from typing import Any, Literal
 
@@ -91,15 +91,7 @@ class QuantileBounds:
 
     def as_evidence(self) -> dict[str, Any]:
         """JSON-safe fields for a gate's evidence."""
-        return {
-            "q": self.q,
-            "estimate": self.estimate,
-            "lower": self.lower,
-            "upper": self.upper,
-            "samples": self.samples,
-            "alpha": self.alpha,
-            "method": self.method,
-        }
+        return asdict(self)
 
 
 def quantile_bounds(

@@ -9,14 +9,48 @@ from __future__ import annotations
 
 import json
 from datetime import datetime
-from typing import Any
+from typing import Any, TypeVarTuple
 
-from sqlalchemy import func, select
+from sqlalchemy import Select, func, select
 from sqlalchemy.orm import Session
 
 from rolloutd.evaluation.compare import CaseResult, FieldResult
 from rolloutd.evaluation.results import RunRole, RunSummary
 from rolloutd.store.suite_models import SuiteCaseResult, SuiteFieldResult, SuiteRun
+
+_Columns = TypeVarTuple("_Columns")
+
+# The attributes a run, a case and a field keep under the same name in memory and in the
+# store: one list serves both directions, so what is stored is what is read back.
+_RUN_COLUMNS = ("role", "suite_path", "suite_sha256", "endpoint", "started_at", "finished_at")
+_RUN_EXTRA = ("model", "seed", "concurrency")
+_CASE_COLUMNS = (
+    "case_id",
+    "outcome",
+    "expected_tool",
+    "exact",
+    "strict",
+    "schema_valid",
+    "tool",
+    "arguments",
+    "error",
+    "attempts",
+    "latency_s",
+)
+_FIELD_COLUMNS = ("field", "outcome", "schema_valid", "strict_correct")
+# The run's figures are stored for the queries (``schema_counts``) and recomputed from the
+# cases when the run is read back.
+_RUN_FIGURES = (
+    "measured",
+    "exact",
+    "strict_exact",
+    "schema_violations",
+    "tool_calls",
+    "request_errors",
+    "exactness",
+    "strict_exactness",
+    "outcomes",
+)
 
 
 def store_run(
@@ -34,25 +68,9 @@ def store_run(
         job_id=job_id,
         step_index=step_index,
         gate=gate,
-        role=run.role,
-        suite_path=run.suite_path,
-        suite_sha256=run.suite_sha256,
-        endpoint=run.endpoint,
-        model=run.extra.get("model"),
-        seed=run.extra.get("seed"),
-        concurrency=run.extra.get("concurrency"),
-        started_at=run.started_at,
-        finished_at=run.finished_at,
         cases=len(run.cases),
-        measured=run.measured,
-        exact=run.exact,
-        strict_exact=run.strict_exact,
-        schema_violations=run.schema_violations,
-        tool_calls=run.tool_calls,
-        request_errors=run.request_errors,
-        exactness=run.exactness,
-        strict_exactness=run.strict_exactness,
-        outcomes=run.outcomes,
+        **_attributes(run, _RUN_COLUMNS + _RUN_FIGURES),
+        **{key: run.extra.get(key) for key in _RUN_EXTRA},
     )
     session.add(row)
     session.flush()
@@ -63,12 +81,9 @@ def store_run(
         SuiteFieldResult(
             case_result_id=case_row.id,
             run_id=row.id,
-            field=result.field,
-            outcome=result.outcome,
-            schema_valid=result.schema_valid,
-            strict_correct=result.strict_correct,
             expected=_json_or_none(result.expected, result.outcome == "extra"),
             actual=_json_or_none(result.actual, result.outcome == "missing"),
+            **_attributes(result, _FIELD_COLUMNS),
         )
         for case_row, case in zip(case_rows, run.cases, strict=True)
         for result in case.fields
@@ -95,18 +110,14 @@ def latest_run(
 ) -> RunSummary | None:
     """The newest run of the rollout for ``role``, optionally of one gate, one suite (by
     path or by digest), and finished at or after ``since``."""
-    query = select(SuiteRun).where(SuiteRun.rollout_id == rollout_id, SuiteRun.role == role)
+    query = select(SuiteRun)
     if gate is not None:
         query = query.where(SuiteRun.gate == gate)
     if suite_path is not None:
         query = query.where(SuiteRun.suite_path == suite_path)
     if suite_sha256 is not None:
         query = query.where(SuiteRun.suite_sha256 == suite_sha256)
-    if since is not None:
-        query = query.where(SuiteRun.finished_at >= since)
-    row = session.scalars(
-        query.order_by(SuiteRun.finished_at.desc(), SuiteRun.id.desc()).limit(1)
-    ).first()
+    row = session.scalars(_newest(query, rollout_id=rollout_id, role=role, since=since)).first()
     return None if row is None else _summary(session, row)
 
 
@@ -144,33 +155,28 @@ def schema_counts(
 
     This is what the schema gates add to the live counts; (0, 0, None) when there is no run.
     """
-    query = select(SuiteRun.schema_violations, SuiteRun.tool_calls, SuiteRun.id).where(
-        SuiteRun.rollout_id == rollout_id, SuiteRun.role == role
-    )
+    query = select(SuiteRun.schema_violations, SuiteRun.tool_calls, SuiteRun.id)
+    row = session.execute(_newest(query, rollout_id=rollout_id, role=role, since=since)).first()
+    return (0, 0, None) if row is None else (int(row[0]), int(row[1]), int(row[2]))
+
+
+def _newest(
+    query: Select[*_Columns], *, rollout_id: int, role: RunRole, since: datetime | None
+) -> Select[*_Columns]:
+    """``query`` narrowed to the rollout's newest run for ``role`` finished at or after
+    ``since``."""
+    query = query.where(SuiteRun.rollout_id == rollout_id, SuiteRun.role == role)
     if since is not None:
         query = query.where(SuiteRun.finished_at >= since)
-    row = session.execute(
-        query.order_by(SuiteRun.finished_at.desc(), SuiteRun.id.desc()).limit(1)
-    ).first()
-    return (0, 0, None) if row is None else (int(row[0]), int(row[1]), int(row[2]))
+    return query.order_by(SuiteRun.finished_at.desc(), SuiteRun.id.desc()).limit(1)
 
 
 def _case_row(run_id: int, position: int, case: CaseResult) -> SuiteCaseResult:
     return SuiteCaseResult(
         run_id=run_id,
-        case_id=case.case_id,
         position=position,
-        expected_tool=case.expected_tool,
-        tool=case.tool,
-        outcome=case.outcome,
-        exact=case.exact,
-        strict=case.strict,
-        schema_valid=case.schema_valid,
-        arguments=case.arguments,
         schema_errors=list(case.schema_errors),
-        error=case.error,
-        attempts=case.attempts,
-        latency_s=case.latency_s,
+        **_attributes(case, _CASE_COLUMNS),
     )
 
 
@@ -189,43 +195,29 @@ def _summary(session: Session, row: SuiteRun) -> RunSummary:
     for field_row in field_rows:
         fields.setdefault(field_row.case_result_id, []).append(
             FieldResult(
-                field_row.field,
-                field_row.outcome,  # type: ignore[arg-type]
-                field_row.schema_valid,
-                field_row.strict_correct,
-                _load(field_row.expected),
-                _load(field_row.actual),
+                expected=_load(field_row.expected),
+                actual=_load(field_row.actual),
+                **_attributes(field_row, _FIELD_COLUMNS),
             )
         )
     cases = tuple(
         CaseResult(
-            case_id=case.case_id,
-            outcome=case.outcome,  # type: ignore[arg-type]
-            expected_tool=case.expected_tool,
-            exact=case.exact,
-            strict=case.strict,
-            schema_valid=case.schema_valid,
             fields=tuple(fields.get(case.id, ())),
-            tool=case.tool,
-            arguments=case.arguments,
             schema_errors=tuple(case.schema_errors),
-            error=case.error,
-            attempts=case.attempts,
-            latency_s=case.latency_s,
+            **_attributes(case, _CASE_COLUMNS),
         )
         for case in case_rows
     )
     return RunSummary(
-        suite_path=row.suite_path,
-        suite_sha256=row.suite_sha256,
-        endpoint=row.endpoint,
-        role=row.role,  # type: ignore[arg-type]
         cases=cases,
-        started_at=row.started_at,
-        finished_at=row.finished_at,
         run_id=row.id,
-        extra={"model": row.model, "seed": row.seed, "concurrency": row.concurrency},
+        extra=_attributes(row, _RUN_EXTRA),
+        **_attributes(row, _RUN_COLUMNS),
     )
+
+
+def _attributes(source: object, names: tuple[str, ...]) -> dict[str, Any]:
+    return {name: getattr(source, name) for name in names}
 
 
 def _json_or_none(value: Any, absent: bool) -> str | None:

@@ -26,7 +26,7 @@ import contextlib
 import time
 from collections.abc import Awaitable, Callable, Sequence
 from contextlib import AbstractContextManager
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from datetime import datetime
 from pathlib import Path
 from typing import Protocol, TypeVar
@@ -49,6 +49,16 @@ T = TypeVar("T")
 
 # How often a held run looks whether it was stopped: the bound on abandoning its requests.
 POLL_SECONDS = 0.1
+
+
+@dataclass(frozen=True)
+class _Pair:
+    """One suite's baseline and canary runs, and which run of its suite the canary is in the
+    rollout (its share of alpha hangs on it)."""
+
+    baseline: RunSummary
+    canary: RunSummary
+    number: int
 
 
 class RunControl(Protocol):
@@ -123,18 +133,12 @@ def run_suite_for_gate(
     :raises RunAbandoned: when ``control`` stopped the run; what it stored before stays.
     """
     options = options or RunnerOptions(concurrency=spec.concurrency)
-    labels: list[str] = []
-    evaluations: list[Evaluation] = []
-    looks = len(suite_paths(spec, base_dir))
-    for label, path in suite_paths(spec, base_dir):
-        labels.append(label)
+
+    def run_one(label: str, path: Path) -> Evaluation | _Pair:
         try:
             suite = load_suite(path)
         except BadInput as exc:
-            evaluations.append(
-                Evaluation(name, role, Verdict.INCONCLUSIVE, now, reason=f"bad suite: {exc}")
-            )
-            continue
+            return Evaluation(name, role, Verdict.INCONCLUSIVE, now, reason=f"bad suite: {exc}")
         baseline, canary = _run_pair(
             sessions, plan, spec, suite, rollout_id, options, clock, control
         )
@@ -153,13 +157,11 @@ def run_suite_for_gate(
                     )
             baseline = _with_id(baseline, ids.get("baseline"))
             canary = _with_id(canary, ids.get("canary"))
-            number = _run_number(session, canary, rollout_id=rollout_id, gate=name)
-        evaluations.append(
-            judge_suite(
-                spec, baseline, canary, name=name, role=role, now=now, run=number, looks=looks
+            return _Pair(
+                baseline, canary, _run_number(session, canary, rollout_id=rollout_id, gate=name)
             )
-        )
-    return combine(evaluations, labels)
+
+    return _judge_each(spec, base_dir, run_one, name=name, role=role, now=now)
 
 
 def judge_stored(
@@ -176,11 +178,8 @@ def judge_stored(
 
     *Pending* until the gate has stored a canary run of each of its suites.
     """
-    labels: list[str] = []
-    evaluations: list[Evaluation] = []
-    looks = len(suite_paths(spec, base_dir))
-    for label, path in suite_paths(spec, base_dir):
-        labels.append(label)
+
+    def stored_one(label: str, path: Path) -> Evaluation | _Pair:
         canary = records.latest_run(
             session, rollout_id=rollout_id, role="canary", gate=name, suite_path=str(path)
         )
@@ -195,15 +194,45 @@ def judge_stored(
             )
         if canary is None or baseline is None:
             reason = f"the {label} has not been run for this gate yet"
-            evaluations.append(Evaluation(name, role, Verdict.PENDING, now, reason=reason))
-            continue
-        number = _run_number(session, canary, rollout_id=rollout_id, gate=name)
-        evaluations.append(
-            judge_suite(
-                spec, baseline, canary, name=name, role=role, now=now, run=number, looks=looks
-            )
+            return Evaluation(name, role, Verdict.PENDING, now, reason=reason)
+        return _Pair(
+            baseline, canary, _run_number(session, canary, rollout_id=rollout_id, gate=name)
         )
-    return combine(evaluations, labels)
+
+    return _judge_each(spec, base_dir, stored_one, name=name, role=role, now=now)
+
+
+def _judge_each(
+    spec: SuiteGate,
+    base_dir: Path | None,
+    pair_for: Callable[[str, Path], Evaluation | _Pair],
+    *,
+    name: str,
+    role: Role,
+    now: datetime,
+) -> Evaluation:
+    """Judge each of the gate's suites and combine the verdicts.
+
+    ``pair_for(label, path)`` gives the suite's runs to judge, or the evaluation to use
+    when there are none.
+    """
+    paths = suite_paths(spec, base_dir)
+    evaluations = []
+    for label, path in paths:
+        found = pair_for(label, path)
+        if isinstance(found, _Pair):
+            found = judge_suite(
+                spec,
+                found.baseline,
+                found.canary,
+                name=name,
+                role=role,
+                now=now,
+                run=found.number,
+                looks=len(paths),
+            )
+        evaluations.append(found)
+    return combine(evaluations, [label for label, _ in paths])
 
 
 def _run_pair(

@@ -40,7 +40,7 @@ import math
 import random
 from bisect import bisect_left
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from statistics import NormalDist
 from typing import Any
 
@@ -78,14 +78,8 @@ class PairedCounts:
         return (self.canary_worse - self.canary_better) / self.pairs if self.pairs else 0.0
 
     def as_evidence(self) -> dict[str, int]:
-        """The four counts as JSON-ready data."""
-        return {
-            "pairs": self.pairs,
-            "both_good": self.both_good,
-            "canary_worse": self.canary_worse,
-            "canary_better": self.canary_better,
-            "both_bad": self.both_bad,
-        }
+        """The four counts, and the pairs they add up to, as JSON-ready data."""
+        return {"pairs": self.pairs, **asdict(self)}
 
 
 def pair(baseline: Mapping[str, bool], canary: Mapping[str, bool]) -> PairedCounts:

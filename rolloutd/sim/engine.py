@@ -198,9 +198,11 @@ class Replica:
         """Serve one ``POST /v1/chat/completions``."""
         return serve_chat(self, body, session_id)
 
-    def record(self, outcome: Outcome, **values: Any) -> None:
-        """Write one request to the ledger under this replica's name and pool."""
-        self.ledger.append(RequestRecord(self.name, self.pool, outcome, **values))
+    def record(self, outcome: Outcome, **values: Any) -> RequestRecord:
+        """Write one request to the ledger under this replica's name and pool; returns it."""
+        record = RequestRecord(self.name, self.pool, outcome, **values)
+        self.ledger.append(record)
+        return record
 
     def reply(self, status: int, body: Any) -> Reply:
         """An HTTP reply carrying the pool and replica headers."""

@@ -127,15 +127,7 @@ def _serve(
         replica.record("error", queue_s=queue_s, prompt_tokens=prompt)
         return replica.reply(500, openai_error("EngineDeadError", "InternalServerError", 500))
     ttft, e2e = queue_s + prefill, queue_s + prefill + decode
-    process.stats.succeed(
-        finish_reason=finish,
-        queue_s=queue_s,
-        ttft_s=ttft,
-        e2e_s=e2e,
-        prompt_tokens=prompt,
-        output_tokens=output,
-    )
-    replica.record(
+    done = replica.record(
         "ok",
         queue_s=queue_s,
         ttft_s=ttft,
@@ -144,6 +136,7 @@ def _serve(
         output_tokens=output,
         kv_usage=kv_usage,
     )
+    process.stats.succeed(finish, done)
     said = answer(
         replica.profile,
         request.expected,

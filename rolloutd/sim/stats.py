@@ -13,6 +13,8 @@ import threading
 import time
 from collections.abc import Sequence
 
+from rolloutd.sim.ledger import RequestRecord
+
 VLLM_LATENCY_BUCKETS = (
     0.3,
     0.5,
@@ -128,17 +130,10 @@ class EngineStats:
         self.input_token_len = Histogram(TRITON_TOKEN_BUCKETS)
         self.output_token_len = Histogram(TRITON_TOKEN_BUCKETS)
 
-    def succeed(
-        self,
-        *,
-        finish_reason: str,
-        queue_s: float,
-        ttft_s: float,
-        e2e_s: float,
-        prompt_tokens: int,
-        output_tokens: int,
-    ) -> None:
-        """Count a finished request (simulated seconds)."""
+    def succeed(self, finish_reason: str, request: RequestRecord) -> None:
+        """Count a finished request, as the ledger records it (simulated seconds)."""
+        queue_s, ttft_s, e2e_s = request.queue_s, request.ttft_s, request.e2e_s
+        prompt_tokens, output_tokens = request.prompt_tokens, request.output_tokens
         with self.lock:
             self.success += 1
             self.finished[finish_reason] = self.finished.get(finish_reason, 0) + 1
