@@ -78,21 +78,10 @@ def enqueue_rollout_alert(
     if not routed:
         return 0
     facts = _facts(session, rollout, plan, topic, severity, text, data)
-    added = 0
-    for name, channel, routed_severity in routed:
-        message = build_message(_with_severity(facts, routed_severity))
-        added += enqueue_message(
-            session,
-            key=f"rollout-{rollout.id}/{key}/{name}",
-            rollout_id=rollout.id,
-            topic=topic,
-            severity=routed_severity,
-            channel=name,
-            webhook_env=channel.webhook_env,
-            message=message,
-            now=now,
-        )
-    return added
+    return sum(
+        _enqueue(session, f"rollout-{rollout.id}/{key}/{name}", facts, name, channel, sev, now)
+        for name, channel, sev in routed
+    )
 
 
 def enqueue_leadership_alert(
@@ -126,7 +115,7 @@ def enqueue_leadership_alert(
                 continue
             seen.add(channel.webhook_env)
             key = f"leadership/epoch-{epoch}/{change}/{channel.webhook_env}"
-            added += _enqueue_unbound(session, key, facts, name, channel, routed_severity, now)
+            added += _enqueue(session, key, facts, name, channel, routed_severity, now)
     return added
 
 
@@ -149,12 +138,12 @@ def enqueue_plan_alert(
         return 0
     facts = AlertFacts(topic=topic, severity=severity, text=text)
     return sum(
-        _enqueue_unbound(session, f"plan-{plan.name}/{key}/{name}", facts, name, channel, sev, now)
+        _enqueue(session, f"plan-{plan.name}/{key}/{name}", facts, name, channel, sev, now)
         for name, channel, sev in deliveries(plan.alerts, topic, severity)
     )
 
 
-def _enqueue_unbound(
+def _enqueue(
     session: Session,
     key: str,
     facts: AlertFacts,
@@ -163,11 +152,11 @@ def _enqueue_unbound(
     severity: str,
     now: datetime,
 ) -> int:
-    """One message of an alert that belongs to no rollout, to one channel."""
+    """One message of an alert to one channel, at the severity routed to it."""
     return enqueue_message(
         session,
         key=key,
-        rollout_id=None,
+        rollout_id=facts.rollout_id,
         topic=facts.topic,
         severity=severity,
         channel=name,

@@ -27,7 +27,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from datetime import UTC, datetime, timedelta
 from typing import Any, Literal
 
@@ -55,6 +55,8 @@ RETRY_AFTER_MAX = 600.0
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 
 Outcome = Literal["sent", "rate_limited", "retry", "failed", "unconfigured"]
+# What the sender tells the audit log about a message, by the suffix of the event's dedup key.
+_NEWS_EVENTS = {"undeliverable": "alert_undeliverable", "unconfigured": "alert_waiting"}
 # The lease condition ANDed into each write, or None when the sender runs without a lease.
 _Guard = ColumnElement[bool] | None
 
@@ -240,16 +242,13 @@ class Sender:
             elif delivery.outcome == "failed":
                 # Only the sender that gave the message up reports it, once.
                 if give_up(session, head.id, now=now, error=delivery.detail, fence=guard):
-                    queries.append_event(
+                    self._report(
                         session,
-                        rollout_id=head.rollout_id,
-                        kind="alert_undeliverable",
-                        actor=self.actor,
-                        detail=f"{head.topic} alert to channel {head.channel} given up: Slack "
-                        f"answered {delivery.detail}; check the webhook in {head.webhook_env}",
-                        data={"outbox": head.id, "channel": head.channel, "topic": head.topic},
-                        now=now,
-                        dedup_key=f"outbox-{head.id}/undeliverable",
+                        head,
+                        "undeliverable",
+                        f"given up: Slack answered {delivery.detail}; check the webhook in "
+                        f"{head.webhook_env}",
+                        now,
                     )
                 bound.error("alert undeliverable", error=delivery.detail)
             else:
@@ -277,31 +276,27 @@ class Sender:
         with self._write(held, now) as (session, guard):
             # Kept, not given up: the alert goes out once the variable is set (SIGHUP or restart).
             if defer(session, head.id, until=now + wait, error=problem, fence=guard):
-                queries.append_event(
-                    session,
-                    rollout_id=head.rollout_id,
-                    kind="alert_waiting",
-                    actor=self.actor,
-                    detail=f"{head.topic} alert to channel {head.channel} waits in the outbox: "
-                    f"{problem}",
-                    data={"outbox": head.id, "channel": head.channel, "topic": head.topic},
-                    now=now,
-                    dedup_key=f"outbox-{head.id}/unconfigured",
-                )
+                self._report(session, head, "unconfigured", f"waits in the outbox: {problem}", now)
         log.error("alert webhook not configured", channel=head.channel, problem=problem)
+
+    def _report(self, session: Session, head: _Head, news: str, why: str, now: datetime) -> None:
+        """Add the event that says ``news`` about ``head`` (once per message and news)."""
+        queries.append_event(
+            session,
+            rollout_id=head.rollout_id,
+            kind=_NEWS_EVENTS[news],
+            actor=self.actor,
+            detail=f"{head.topic} alert to channel {head.channel} {why}",
+            data={"outbox": head.id, "channel": head.channel, "topic": head.topic},
+            now=now,
+            dedup_key=f"outbox-{head.id}/{news}",
+        )
 
 
 def _detach(row: Any) -> _Head:
-    return _Head(
-        id=row.id,
-        rollout_id=row.rollout_id,
-        topic=row.topic,
-        channel=row.channel,
-        webhook_env=row.webhook_env,
-        message=dict(row.message),
-        attempts=row.attempts,
-        next_attempt_at=row.next_attempt_at,
-    )
+    """A copy of the row's columns that outlives its session."""
+    columns = {column.name: getattr(row, column.name) for column in fields(_Head)}
+    return _Head(**columns | {"message": dict(row.message)})
 
 
 __all__ = ["Delivery", "Sender", "backoff", "classify"]

@@ -418,32 +418,37 @@ def abort(rollout_id: int, reason: str, output: str) -> None:
     _command("abort", rollout_id, reason, output)
 
 
-@cli.command()
-@click.argument("rollout_id", metavar="ID", type=int)
-@REASON
-@OUTPUT
-def pause(rollout_id: int, reason: str | None, output: str) -> None:
+def _plain_command(kind: CommandKind, doc: str) -> click.Command:
+    """The ``kind`` command: rollout ID and an optional reason, nothing else to check."""
+
+    @cli.command(kind, help=doc)
+    @click.argument("rollout_id", metavar="ID", type=int)
+    @REASON
+    @OUTPUT
+    def command(rollout_id: int, reason: str | None, output: str) -> None:
+        _command(kind, rollout_id, reason, output)
+
+    return command
+
+
+pause = _plain_command(
+    "pause",
     """Hold rollout ID at its current weight; its bake clock stops.
 
     \b
     Example:
       rolloutctl pause 7 --reason "GPU maintenance on gpu-d"
-    """
-    _command("pause", rollout_id, reason, output)
-
-
-@cli.command()
-@click.argument("rollout_id", metavar="ID", type=int)
-@REASON
-@OUTPUT
-def resume(rollout_id: int, reason: str | None, output: str) -> None:
+    """,
+)
+resume = _plain_command(
+    "resume",
     """Continue a paused rollout ID; its bake clock runs again.
 
     \b
     Example:
       rolloutctl resume 7
-    """
-    _command("resume", rollout_id, reason, output)
+    """,
+)
 
 
 @cli.command()

@@ -10,7 +10,7 @@ from rich.live import Live
 from rich.table import Table
 from rich.text import Text
 
-from rolloutd.cli.render import STATE_STYLE, VERDICT_STYLE, number
+from rolloutd.cli.render import STATE_STYLE, gate_rows
 from rolloutd.demo.run import DemoResult
 from rolloutd.demo.scenarios import Scenario
 
@@ -59,18 +59,8 @@ class LiveView:
         )
         table = Table("gate", "role", "verdict", "value", "threshold", expand=False)
         table.add_column("reason", no_wrap=True, overflow="ellipsis", max_width=48)
-        for gate in view["gates"]:
-            verdict = gate["verdict"]
-            table.add_row(
-                gate["name"],
-                gate["role"],
-                f"[{VERDICT_STYLE.get(verdict, '')}]{verdict}[/]",
-                number(gate["value"]),
-                gate["threshold"] or "-",
-                gate["reason"] or "",
-            )
         notes = Text("\n".join(f"* {n}" for n in self.notes[-4:]), style="yellow")
-        return Group(header, table, notes)
+        return Group(header, gate_rows(table, view["gates"]), notes)
 
 
 def print_summary(result: DemoResult, console: Console | None = None) -> None:

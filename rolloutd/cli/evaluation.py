@@ -34,6 +34,7 @@ API_KEY_ENV = "ROLLOUTD_EVAL_API_KEY"
 @click.option("--concurrency", type=click.IntRange(1, 256), default=8, show_default=True)
 @click.option(
     "--timeout",
+    "timeout_s",
     type=click.FloatRange(min=0.1),
     default=60.0,
     show_default=True,
@@ -53,14 +54,9 @@ def eval_command(
     suite: str,
     endpoint: str,
     baseline_endpoint: str | None,
-    concurrency: int,
-    timeout: float,
-    retries: int,
-    model: str | None,
-    seed: int,
-    send_expected: bool,
     no_store: bool,
     output: str,
+    **runner: Any,
 ) -> None:
     """Run the tool-argument SUITE (JSONL) against an OpenAI-compatible endpoint.
 
@@ -89,15 +85,9 @@ def eval_command(
     loaded = load_suite(suite)
     api_key = os.environ.get(API_KEY_ENV)
     register_secret(api_key)
-    options = RunnerOptions(
-        concurrency=concurrency,
-        timeout_s=timeout,
-        retries=retries,
-        seed=seed,
-        model=model,
-        send_expected=send_expected,
-        headers={"Authorization": f"Bearer {api_key}"} if api_key else None,
-    )
+    # The other options are the runner's, named as ``RunnerOptions`` names them.
+    headers = {"Authorization": f"Bearer {api_key}"} if api_key else None
+    options = RunnerOptions(**runner, headers=headers)
     with _storage(not no_store) as store:
         runs: dict[str, RunSummary] = {}
         targets = [("canary", endpoint)]

@@ -6,7 +6,7 @@ JSON output is the contract for scripts; these renderings are for people and may
 from __future__ import annotations
 
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from rich.console import Console
@@ -74,22 +74,40 @@ def status(view: dict[str, Any]) -> None:
         console.print(f"[yellow]paused ({view['paused']})[/]")
     if view["gates"]:
         table = Table("gate", "role", "verdict", "value", "threshold", "evaluated", "reason")
-        for gate in view["gates"]:
-            verdict = gate["verdict"]
-            table.add_row(
-                gate["name"],
-                gate["role"],
-                f"[{VERDICT_STYLE.get(verdict, '')}]{verdict}[/]",
-                number(gate["value"]),
-                gate["threshold"] or "-",
-                _short_time(gate["evaluated_at"]),
-                gate["reason"] or "",
-            )
-        console.print(table)
+        console.print(gate_rows(table, view["gates"]))
         for gate in view["gates"]:
             if isinstance(gate.get("resolution"), dict):
                 console.print(resolution_line(gate["name"], gate["resolution"]))
     console.print(f"updated {_short_time(view['updated_at'])}")
+
+
+GateCell = Callable[[dict[str, Any]], str]
+# What a gate table shows in each column, by the column's heading.
+GATE_CELLS: dict[str, GateCell] = {
+    "gate": lambda gate: gate["name"],
+    "role": lambda gate: gate["role"],
+    "verdict": lambda gate: f"[{VERDICT_STYLE.get(gate['verdict'], '')}]{gate['verdict']}[/]",
+    "value": lambda gate: number(gate["value"]),
+    "threshold": lambda gate: gate["threshold"] or "-",
+    "evaluated": lambda gate: _short_time(gate["evaluated_at"]),
+    "trend": lambda gate: sparkline(gate.get("trend", [])),
+    "reason": lambda gate: gate["reason"] or "",
+}
+
+
+def gate_rows(
+    table: Table, gates: list[dict[str, Any]], cells: Mapping[str, GateCell] | None = None
+) -> Table:
+    """Add a row per gate to ``table``, each column filled as ``GATE_CELLS`` says for its
+    heading (``cells`` replaces some); returns the table."""
+    fill = {**GATE_CELLS, **(cells or {})}
+    for gate in gates:
+        table.add_row(*(fill[str(column.header)](gate) for column in table.columns))
+    return table
+
+
+def _gate_time_of_day(gate: dict[str, Any]) -> str:
+    return _short_time(gate["evaluated_at"])[11:]
 
 
 def resolution_line(gate: str, resolution: dict[str, Any]) -> str:
@@ -251,18 +269,8 @@ def watch(view: dict[str, Any]) -> Any:
         parts.append(Text(f"paused ({view['paused']})", style="yellow"))
     if view["gates"]:
         table = Table("gate", "role", "value", "threshold", "verdict", "trend", "evaluated")
-        for gate in view["gates"]:
-            verdict = gate["verdict"]
-            table.add_row(
-                gate["name"],
-                gate["role"],
-                number(gate["value"]),
-                gate["threshold"] or "-",
-                f"[{VERDICT_STYLE.get(verdict, '')}]{verdict}[/]",
-                sparkline(gate.get("trend", [])),
-                _short_time(gate["evaluated_at"])[11:],
-            )
-        parts.append(table)
+        # A frame shows today's gates: the time of day is enough.
+        parts.append(gate_rows(table, view["gates"], {"evaluated": _gate_time_of_day}))
     events = Table("time", "event", "detail", box=None, show_header=False, pad_edge=False)
     for event in view.get("events", []):
         style = EVENT_STYLE.get(event["kind"], "")

@@ -124,19 +124,8 @@ class Leadership:
                     else:
                         held = lease.acquire(session, holder=self.holder, ttl=self.ttl, now=now)
                     if held is not None and not was_leading:
-                        daemon_event(
-                            session,
-                            self.instance,
-                            "leader_acquired",
-                            f"leading with epoch {held.epoch}",
-                            now,
-                        )
-                        enqueue_leadership_alert(
-                            session,
-                            change="acquired",
-                            instance=self.instance,
-                            epoch=held.epoch,
-                            now=now,
+                        self._announce(
+                            session, "acquired", held, f"leading with epoch {held.epoch}", now
                         )
                 return held
             except SQLAlchemyError as exc:
@@ -164,16 +153,22 @@ class Leadership:
             with transaction(self.sessions) as session:
                 now = self.wall()
                 if lease.release(session, held, now=now):
-                    daemon_event(
-                        session, self.instance, "leader_released", "gave up leadership", now
-                    )
-                    enqueue_leadership_alert(
-                        session,
-                        change="released",
-                        instance=self.instance,
-                        epoch=held.epoch,
-                        now=now,
-                    )
+                    self._announce(session, "released", held, "gave up leadership", now)
         except (RolloutdError, SQLAlchemyError) as exc:
             log.warning("could not release the lease; it expires by itself", error=str(exc))
         self.held = None
+
+    def _announce(
+        self,
+        session: Session,
+        change: Literal["acquired", "released"],
+        held: lease.Held,
+        detail: str,
+        now: datetime,
+    ) -> None:
+        """Record the change of leader in the audit log and alert the rollouts' channels, in
+        the transaction that made it."""
+        daemon_event(session, self.instance, f"leader_{change}", detail, now)
+        enqueue_leadership_alert(
+            session, change=change, instance=self.instance, epoch=held.epoch, now=now
+        )

@@ -14,7 +14,7 @@ from __future__ import annotations
 import contextlib
 import threading
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from typing import Any
 
 import psycopg
@@ -53,12 +53,7 @@ class ListenerState:
 
     def for_health(self) -> dict[str, Any]:
         """The JSON object served under ``listener``."""
-        return {
-            "alive": self.alive,
-            "listening": self.listening,
-            "reconnects": self.reconnects,
-            "last_error": self.last_error,
-        }
+        return asdict(self)
 
 
 class CommandListener:

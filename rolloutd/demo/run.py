@@ -13,7 +13,7 @@ import tempfile
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -102,9 +102,9 @@ class DemoResult:
     rollout_id: int
     fault_at: str | None = None
     rollback_cause: str | None = None
-    events: list[dict[str, Any]] = field(default_factory=list)
     commands: list[str] = field(default_factory=list)
     traffic: dict[str, dict[str, int]] = field(default_factory=dict)
+    events: list[dict[str, Any]] = field(default_factory=list)
 
     @property
     def ok(self) -> bool:
@@ -112,21 +112,8 @@ class DemoResult:
         return self.state == self.expected
 
     def as_json(self) -> dict[str, Any]:
-        """The summary as one JSON object."""
-        return {
-            "scenario": self.scenario,
-            "expected": self.expected,
-            "ok": self.ok,
-            "state": self.state,
-            "weight": self.weight,
-            "wall_seconds": round(self.wall_seconds, 2),
-            "rollout_id": self.rollout_id,
-            "fault_at": self.fault_at,
-            "rollback_cause": self.rollback_cause,
-            "commands": self.commands,
-            "traffic": self.traffic,
-            "events": self.events,
-        }
+        """The summary as one JSON object: whether it went as expected, then every field."""
+        return {"ok": self.ok, **asdict(self), "wall_seconds": round(self.wall_seconds, 2)}
 
 
 Observer = Callable[[dict[str, Any], str | None], None]

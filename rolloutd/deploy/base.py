@@ -11,6 +11,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
+from datetime import timedelta
 from typing import Any, Protocol
 
 from rolloutd.core.plan import Replica
@@ -45,6 +46,24 @@ class DeployResult:
         """JSON-ready, for the intent log, deploy records and ``--output json``."""
         return asdict(self)
 
+    @classmethod
+    def of(
+        cls,
+        executor: str,
+        replica: Replica,
+        artefacts: PinnedSet,
+        *,
+        ok: bool,
+        reason: str,
+        duration_s: float,
+        **more: Any,
+    ) -> DeployResult:
+        """What the ``executor`` kind's deploy of ``artefacts`` to ``replica`` did; ``more``
+        holds the optional fields (``changed``, ``exit_status``, ``detail`` ...)."""
+        return cls(
+            replica.name, artefacts.name, artefacts.digest, executor, ok, reason, duration_s, **more
+        )
+
 
 @dataclass(frozen=True)
 class Verification:
@@ -66,6 +85,28 @@ class Verification:
     def as_dict(self) -> dict[str, Any]:
         """JSON-ready, for the intent log, deploy records and ``--output json``."""
         return asdict(self)
+
+
+def verdict(
+    replica: Replica,
+    artefacts: PinnedSet,
+    waited_s: float,
+    healthy: bool,
+    digest_ok: bool | None,
+    reason: str,
+    detail: dict[str, Any] | None = None,
+) -> Verification:
+    """Assemble a :class:`Verification`; ok only when healthy and no digest check failed."""
+    return Verification(
+        replica=replica.name,
+        set_name=artefacts.name,
+        ok=healthy and digest_ok is not False,
+        healthy=healthy,
+        digest_ok=digest_ok,
+        reason=reason or f"healthy and running {artefacts.name}",
+        waited_s=waited_s,
+        detail=detail or {},
+    )
 
 
 class Executor(Protocol):
@@ -93,8 +134,15 @@ class Stopwatch:
 
     def __init__(self, budget: float, clock: Clock = time.monotonic) -> None:
         self.clock = clock
+        self.budget = budget
         self.started = clock()
         self.deadline = self.started + budget
+
+    @classmethod
+    def of_call(cls, timeout: float | None, default: timedelta, clock: Clock) -> Stopwatch:
+        """The stopwatch of one executor call: ``timeout`` seconds, or the plan's ``default``
+        when the caller gives none."""
+        return cls(default.total_seconds() if timeout is None else timeout, clock)
 
     @property
     def elapsed(self) -> float:

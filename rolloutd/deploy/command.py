@@ -26,14 +26,13 @@ import httpx
 from rolloutd.core.plan import CommandExecutor as CommandSpec
 from rolloutd.core.plan import Replica
 from rolloutd.deploy.artefacts import PinnedSet
-from rolloutd.deploy.base import Clock, DeployResult, Sleep, Stopwatch, Verification
+from rolloutd.deploy.base import Clock, DeployResult, Sleep, Stopwatch, Verification, verdict
 from rolloutd.deploy.verify import (
     HEALTH_PATHS,
     check_files,
     fill,
     flavor_of,
     reported_root,
-    verdict,
     wait_until_ok,
 )
 from rolloutd.redact import scrub
@@ -68,29 +67,27 @@ class CommandDeployer:
     def deploy(
         self, replica: Replica, artefacts: PinnedSet, *, timeout: float | None = None
     ) -> DeployResult:
-        budget = self.spec.timeout.total_seconds() if timeout is None else timeout
-        watch = Stopwatch(budget, self.clock)
+        watch = Stopwatch.of_call(timeout, self.spec.timeout, self.clock)
         with tempfile.TemporaryDirectory(prefix="rolloutd-deploy-") as scratch:
             manifest = Path(scratch) / "manifest.json"
             manifest.write_text(json.dumps(artefacts.manifest(), indent=2))
             argv = [fill(part, replica, artefacts, str(manifest)) for part in self.spec.argv]
             env = self._environment(replica, artefacts, str(manifest))
             with (Path(scratch) / "output").open("w+b") as output:
-                status, timed_out, error = self._run(argv, env, output, budget)
+                status, timed_out, error = self._run(argv, env, output, watch.budget)
                 tail = _tail(output)
         if error:
             reason = f"cannot run {argv[0]}: {error}"
         elif timed_out:
-            reason = f"{argv[0]} did not finish within {budget:g} s; it was killed"
+            reason = f"{argv[0]} did not finish within {watch.budget:g} s; it was killed"
         elif status != 0:
             reason = f"{argv[0]} exited with status {status}"
         else:
             reason = f"{argv[0]} deployed {artefacts.name}"
-        return DeployResult(
-            replica=replica.name,
-            set_name=artefacts.name,
-            set_digest=artefacts.digest,
-            executor=self.kind,
+        return DeployResult.of(
+            self.kind,
+            replica,
+            artefacts,
             ok=status == 0 and not timed_out and not error,
             reason=reason,
             duration_s=watch.elapsed,
@@ -103,8 +100,7 @@ class CommandDeployer:
     def verify(
         self, replica: Replica, artefacts: PinnedSet, *, timeout: float | None = None
     ) -> Verification:
-        budget = self.spec.health_deadline.total_seconds() if timeout is None else timeout
-        watch = Stopwatch(budget, self.clock)
+        watch = Stopwatch.of_call(timeout, self.spec.health_deadline, self.clock)
         flavor = flavor_of(artefacts.engine, self.spec.health)
         healthy, why = wait_until_ok(
             self.client,
@@ -114,14 +110,14 @@ class CommandDeployer:
             sleep=self.sleep,
         )
         if not healthy:
-            return verdict(replica, artefacts, watch, False, None, f"not healthy: {why}", {})
+            return verdict(replica, artefacts, watch.elapsed, False, None, f"not healthy: {why}")
         path, why = self._files_path(replica, artefacts, watch, flavor)
         if path is None:
             return verdict(
-                replica, artefacts, watch, True, False, f"cannot check digests: {why}", {}
+                replica, artefacts, watch.elapsed, True, False, f"cannot check digests: {why}"
             )
         matches, why, detail = check_files(artefacts, path)
-        return verdict(replica, artefacts, watch, True, matches, why, detail)
+        return verdict(replica, artefacts, watch.elapsed, True, matches, why, detail)
 
     def _files_path(
         self, replica: Replica, artefacts: PinnedSet, watch: Stopwatch, flavor: str

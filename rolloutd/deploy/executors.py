@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from rolloutd.core.plan import CommandExecutor, Plan, Replica, Role, TritonExecutor
 from rolloutd.deploy.artefacts import PinnedSet
-from rolloutd.deploy.base import DeployResult, Executor, Verification
+from rolloutd.deploy.base import DeployResult, Executor, Verification, verdict
 from rolloutd.errors import BadInput
 
 __all__ = ["DeployResult", "Executor", "NullDeployer", "Verification", "build_executor"]
@@ -26,29 +26,16 @@ class NullDeployer:
     def deploy(
         self, replica: Replica, artefacts: PinnedSet, *, timeout: float | None = None
     ) -> DeployResult:
-        return DeployResult(
-            replica=replica.name,
-            set_name=artefacts.name,
-            set_digest=artefacts.digest,
-            executor=self.kind,
-            ok=True,
-            reason="the plan's executor is 'none': nothing deployed",
-            duration_s=0.0,
-            changed=False,
+        reason = "the plan's executor is 'none': nothing deployed"
+        return DeployResult.of(
+            self.kind, replica, artefacts, ok=True, reason=reason, duration_s=0.0, changed=False
         )
 
     def verify(
         self, replica: Replica, artefacts: PinnedSet, *, timeout: float | None = None
     ) -> Verification:
-        return Verification(
-            replica=replica.name,
-            set_name=artefacts.name,
-            ok=True,
-            healthy=True,
-            digest_ok=None,
-            reason="the plan's executor is 'none': nothing verified",
-            waited_s=0.0,
-        )
+        reason = "the plan's executor is 'none': nothing verified"
+        return verdict(replica, artefacts, 0.0, True, None, reason)
 
 
 def build_executor(plan: Plan, source: str = "plan") -> Executor:

@@ -11,7 +11,7 @@ import threading
 
 from rolloutd.core.plan import Replica
 from rolloutd.deploy.artefacts import PinnedSet
-from rolloutd.deploy.base import DeployResult, Verification
+from rolloutd.deploy.base import DeployResult, Verification, verdict
 
 
 class MemoryExecutor:
@@ -36,15 +36,9 @@ class MemoryExecutor:
             changed = ok and self.running.get(replica.name) != artefacts.name
             if ok:
                 self.running[replica.name] = artefacts.name
-        return DeployResult(
-            replica=replica.name,
-            set_name=artefacts.name,
-            set_digest=artefacts.digest,
-            executor=self.kind,
-            ok=ok,
-            reason="deployed" if ok else f"{replica.name} refused the deploy",
-            duration_s=0.0,
-            changed=changed,
+        reason = "deployed" if ok else f"{replica.name} refused the deploy"
+        return DeployResult.of(
+            self.kind, replica, artefacts, ok=ok, reason=reason, duration_s=0.0, changed=changed
         )
 
     def verify(
@@ -55,14 +49,7 @@ class MemoryExecutor:
             self.calls.append(("verify", replica.name, artefacts.name))
             healthy = replica.name not in self.unhealthy
             runs = self.running.get(replica.name)
-        ok = healthy and runs == artefacts.name
+        runs_pinned = runs == artefacts.name
+        ok = healthy and runs_pinned
         reason = "verified" if ok else f"{replica.name} runs {runs!r}, healthy={healthy}"
-        return Verification(
-            replica=replica.name,
-            set_name=artefacts.name,
-            ok=ok,
-            healthy=healthy,
-            digest_ok=runs == artefacts.name,
-            reason=reason,
-            waited_s=0.0,
-        )
+        return verdict(replica, artefacts, 0.0, healthy, runs_pinned, reason)

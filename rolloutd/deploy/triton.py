@@ -19,14 +19,13 @@ import httpx
 from rolloutd.core.plan import Replica, Role
 from rolloutd.core.plan import TritonExecutor as TritonSpec
 from rolloutd.deploy.artefacts import PinnedSet
-from rolloutd.deploy.base import Clock, DeployResult, Sleep, Stopwatch, Verification
+from rolloutd.deploy.base import Clock, DeployResult, Sleep, Stopwatch, Verification, verdict
 from rolloutd.deploy.verify import (
     HEALTH_PATHS,
     as_parameter,
     check_files,
     fill,
     parameter_value,
-    verdict,
     wait_until_ok,
 )
 
@@ -57,16 +56,14 @@ class TritonDeployer:
     def deploy(
         self, replica: Replica, artefacts: PinnedSet, *, timeout: float | None = None
     ) -> DeployResult:
-        budget = self.spec.load_timeout.total_seconds() if timeout is None else timeout
-        watch = Stopwatch(budget, self.clock)
+        watch = Stopwatch.of_call(timeout, self.spec.load_timeout, self.clock)
         base, version = self._base(replica), self._version(artefacts)
 
         def result(ok: bool, reason: str, changed: bool = True, **detail: Any) -> DeployResult:
-            return DeployResult(
-                replica=replica.name,
-                set_name=artefacts.name,
-                set_digest=artefacts.digest,
-                executor=self.kind,
+            return DeployResult.of(
+                self.kind,
+                replica,
+                artefacts,
                 ok=ok,
                 reason=reason,
                 duration_s=watch.elapsed,
@@ -86,7 +83,9 @@ class TritonDeployer:
                 timeout=max(0.5, watch.remaining),
             )
         except httpx.TimeoutException:
-            return result(False, f"load of {self.spec.model} did not answer within {budget:g} s")
+            return result(
+                False, f"load of {self.spec.model} did not answer within {watch.budget:g} s"
+            )
         except httpx.HTTPError as exc:
             return result(False, f"load of {self.spec.model} failed: {type(exc).__name__}: {exc}")
         if response.status_code != 200:
@@ -102,7 +101,9 @@ class TritonDeployer:
             sleep=self.sleep,
         )
         if not ready:
-            return result(False, f"{self._what(version)} not ready within {budget:g} s: {why}")
+            return result(
+                False, f"{self._what(version)} not ready within {watch.budget:g} s: {why}"
+            )
         unloaded, failure = self._unload_replaced(base, watch)
         if failure:
             return result(False, failure, unloaded=unloaded)
@@ -111,8 +112,7 @@ class TritonDeployer:
     def verify(
         self, replica: Replica, artefacts: PinnedSet, *, timeout: float | None = None
     ) -> Verification:
-        budget = self.spec.health_deadline.total_seconds() if timeout is None else timeout
-        watch = Stopwatch(budget, self.clock)
+        watch = Stopwatch.of_call(timeout, self.spec.health_deadline, self.clock)
         base, version = self._base(replica), self._version(artefacts)
         healthy, why = wait_until_ok(
             self.client,
@@ -123,22 +123,22 @@ class TritonDeployer:
             sleep=self.sleep,
         )
         if not healthy:
-            return verdict(replica, artefacts, watch, False, None, f"not healthy: {why}", {})
+            return verdict(replica, artefacts, watch.elapsed, False, None, f"not healthy: {why}")
         config = self._config(base, watch)
         if config is None:
             reason = f"cannot read the loaded config of {self.spec.model}"
-            return verdict(replica, artefacts, watch, True, False, reason, {})
+            return verdict(replica, artefacts, watch.elapsed, True, False, reason)
         differences = self._differences(config, artefacts, version)
         detail: dict[str, Any] = {"reported": differences}
         if differences:
             reason = f"{self.spec.model} does not run {artefacts.name}: " + "; ".join(differences)
-            return verdict(replica, artefacts, watch, True, False, reason, detail)
+            return verdict(replica, artefacts, watch.elapsed, True, False, reason, detail)
         if self.spec.files_path is not None:
             matches, why, files = check_files(
                 artefacts, fill(self.spec.files_path, replica, artefacts)
             )
-            return verdict(replica, artefacts, watch, True, matches, why, detail | files)
-        return verdict(replica, artefacts, watch, True, True, "", detail)
+            return verdict(replica, artefacts, watch.elapsed, True, matches, why, detail | files)
+        return verdict(replica, artefacts, watch.elapsed, True, True, "", detail)
 
     # -- the repository API --------------------------------------------------------------
 

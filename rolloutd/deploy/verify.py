@@ -18,7 +18,7 @@ import httpx
 
 from rolloutd.core.plan import TEMPLATE_FIELDS, Replica
 from rolloutd.deploy.artefacts import PinnedSet, verify_directory
-from rolloutd.deploy.base import Sleep, Stopwatch, Verification
+from rolloutd.deploy.base import Sleep, Stopwatch
 
 Flavor = Literal["vllm", "triton"]
 HEALTH_PATHS: dict[Flavor, str] = {"vllm": "/health", "triton": "/v2/health/ready"}
@@ -124,25 +124,3 @@ def as_parameter(value: object) -> str:
     if isinstance(value, bool):
         return "true" if value else "false"
     return str(value)
-
-
-def verdict(
-    replica: Replica,
-    artefacts: PinnedSet,
-    watch: Stopwatch,
-    healthy: bool,
-    digest_ok: bool | None,
-    reason: str,
-    detail: dict[str, Any],
-) -> Verification:
-    """Assemble a :class:`Verification`; ok only when healthy and no digest check failed."""
-    return Verification(
-        replica=replica.name,
-        set_name=artefacts.name,
-        ok=healthy and digest_ok is not False,
-        healthy=healthy,
-        digest_ok=digest_ok,
-        reason=reason or f"healthy and running {artefacts.name}",
-        waited_s=watch.elapsed,
-        detail=detail,
-    )
