@@ -7,8 +7,9 @@ writes a command row, and the daemon's next tick (or a NOTIFY) does the rest.
 
 from __future__ import annotations
 
+import threading
+from collections import OrderedDict
 from datetime import datetime
-from functools import lru_cache
 from typing import Any
 
 from sqlalchemy.orm import Session
@@ -164,14 +165,27 @@ def submit_command(
     return command_id
 
 
+# Parsed plans by content hash. A plan is frozen, so every rollout started from the same plan
+# shares one model, and a tick never parses YAML again; the oldest entry goes past the bound.
+PLAN_CACHE_SIZE = 4096
+_plans: OrderedDict[str, Plan] = OrderedDict()
+_plans_lock = threading.Lock()
+
+
 def plan_of(rollout: Rollout) -> Plan:
-    """The plan a rollout was started with (parsed from the text stored with it)."""
-    return _parse_stored(rollout.plan_source, rollout.id).plan
-
-
-@lru_cache(maxsize=64)
-def _parse_stored(text: str, rollout_id: int) -> LoadedPlan:
-    return parse_plan(text, f"the plan stored with rollout {rollout_id}")
+    """The plan a rollout was started with, parsed from the text stored with it once per
+    content hash (the hash stored with the rollout)."""
+    with _plans_lock:
+        plan = _plans.get(rollout.plan_hash)
+        if plan is not None:
+            _plans.move_to_end(rollout.plan_hash)
+            return plan
+    plan = parse_plan(rollout.plan_source, f"the plan stored with rollout {rollout.id}").plan
+    with _plans_lock:
+        _plans[rollout.plan_hash] = plan
+        while len(_plans) > PLAN_CACHE_SIZE:
+            _plans.popitem(last=False)
+    return plan
 
 
 def current_weight(plan: Plan, progress: Progress) -> int:
