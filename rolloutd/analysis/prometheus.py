@@ -34,6 +34,7 @@ from prometheus_api_client.exceptions import PrometheusApiClientException
 from urllib3.util.retry import Retry
 
 from rolloutd.analysis.base import Measurement, MeasurementError, Pool
+from rolloutd.analysis.budget import time_left
 from rolloutd.analysis.templates import Labels, Signal, Templates, promql_duration, render
 
 _ERRNO = re.compile(r"\[Errno -?\d+\] ([^'\")]+)")
@@ -229,9 +230,12 @@ class PrometheusMetrics:
     # -- asking ----------------------------------------------------------------------------
 
     def _ask(self, query: str, now: datetime) -> _Answer:
-        params = {"time": f"{now.timestamp():.3f}", "timeout": f"{self.timeout:g}s"}
+        timeout = time_left(self.timeout, query)  # no more than the tick's budget has left
+        # Prometheus reads whole units only: 4s, or 734ms when a budget cut the timeout.
+        wait = f"{timeout:g}s" if timeout == int(timeout) else f"{max(1, int(timeout * 1000))}ms"
+        params = {"time": f"{now.timestamp():.3f}", "timeout": wait}
         try:
-            result: Any = self._client.custom_query(query, params=params, timeout=self.timeout)
+            result: Any = self._client.custom_query(query, params=params, timeout=timeout)
         except PrometheusApiClientException as exc:
             raise MeasurementError(self._refusal(str(exc)), query=query) from None
         except ValueError as exc:
@@ -246,7 +250,7 @@ class PrometheusMetrics:
                 f"Prometheus at {self.label} answered without data.result", query=query
             ) from None
         except OSError as exc:
-            raise MeasurementError(self._unreachable(exc), query=query) from None
+            raise MeasurementError(self._unreachable(exc, timeout), query=query) from None
         return _Answer(query, _series(result, query))
 
     def _refusal(self, message: str) -> str:
@@ -255,12 +259,12 @@ class PrometheusMetrics:
         code = f"HTTP {status.group(1)}" if status else "an error"
         return f"Prometheus at {self.label} answered {code}: {_api_error(message)}"
 
-    def _unreachable(self, exc: OSError) -> str:
+    def _unreachable(self, exc: OSError, timeout: float) -> str:
         # requests' exceptions are OSErrors; match their names rather than import requests,
         # which ships no type information here.
         names = {cls.__name__ for cls in type(exc).__mro__}
         if names & {"Timeout", "ReadTimeout", "ConnectTimeout"} or "timed out" in str(exc):
-            return f"Prometheus at {self.label} did not answer within {self.timeout:g}s"
+            return f"Prometheus at {self.label} did not answer within {timeout:.3g}s"
         errno = _ERRNO.search(str(exc))
         why = errno.group(1).strip().lower() if errno else type(exc).__name__
         return f"cannot connect to Prometheus at {self.label}: {why}"

@@ -7,6 +7,7 @@ per-step table are written back in the decision's transaction.
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import dataclass, field, fields
 from datetime import datetime
 from typing import Any
 
@@ -31,45 +32,59 @@ def command_of(row: Any) -> Command:
     )
 
 
-def record_evaluation(
-    session: Session, rollout_id: int, step_index: int, evaluation: Evaluation
+def record_evaluations(
+    session: Session, rollout_id: int, step_index: int, evaluations: list[Evaluation]
 ) -> None:
-    """Store one evaluation with its evidence."""
-    queries.record_evaluation(
-        session,
-        rollout_id=rollout_id,
-        step_index=step_index,
-        gate=evaluation.gate,
-        role=evaluation.role,
-        verdict=evaluation.verdict.value,
-        value=evaluation.value,
-        threshold=evaluation.threshold,
-        query=evaluation.query,
-        samples=evaluation.samples,
-        statistic=evaluation.statistic,
-        reason=evaluation.reason or None,
-        evidence=evaluation.evidence,
-        evaluated_at=evaluation.evaluated_at,
+    """Store the tick's evaluations with their evidence, in one statement."""
+    rows: list[Any] = []
+    for evaluation in evaluations:
+        columns = {f.name: getattr(evaluation, f.name) for f in fields(Evaluation)}
+        columns.update(verdict=evaluation.verdict.value, reason=evaluation.reason or None)
+        rows.append({"rollout_id": rollout_id, "step_index": step_index, **columns})
+    queries.record_evaluations(session, rows)
+
+
+@dataclass(frozen=True)
+class Newest:
+    """The newest verdict of each gate: in the current step, and of any step (triggers are
+    judged in every step)."""
+
+    at_step: Mapping[str, GateResult] = field(default_factory=dict)
+    overall: Mapping[str, GateResult] = field(default_factory=dict)
+
+    def with_fresh(self, evaluations: list[Evaluation]) -> Newest:
+        """These verdicts with the tick's own evaluations over them (they are the newest)."""
+        fresh = {e.gate: _result(e) for e in evaluations}
+        return Newest({**self.at_step, **fresh}, {**self.overall, **fresh})
+
+    def verdicts(self, plan: Plan, progress: Progress) -> Mapping[str, GateResult]:
+        """What the machine judges by: this step's for step gates, any step's for triggers."""
+        results = {g: self.overall[g] for g in plan.rollback.triggers if g in self.overall}
+        for gate in plan.gates_of(progress.step_index):
+            if gate in self.at_step:
+                results[gate] = self.at_step[gate]
+        return results
+
+
+def newest_stored(session: Session, rollout_id: int, plan: Plan, progress: Progress) -> Newest:
+    """The newest stored verdict of each gate the machine judges now: in the current step for
+    its gates, of any step for the triggers."""
+    step = progress.step_index
+    wanted = [(g, step) for g in plan.gates_of(step)] + [(g, None) for g in plan.rollback.triggers]
+    rows = sorted(
+        queries.newest_evaluations(session, rollout_id, wanted),
+        key=lambda row: (row.evaluated_at, row.id),
+    )
+    # Oldest first, so the newest of each gate is written last.
+    return Newest(
+        {row.gate: _result(row) for row in rows if row.step_index == step},
+        {row.gate: _result(row) for row in rows},
     )
 
 
-def newest_verdicts(
-    session: Session, rollout_id: int, plan: Plan, progress: Progress
-) -> Mapping[str, GateResult]:
-    """The newest verdict per gate: this step's for step gates, any step's for triggers."""
-    at_step = queries.latest_evaluations(session, rollout_id, step_index=progress.step_index)
-    overall = queries.latest_evaluations(session, rollout_id)
-    results: dict[str, GateResult] = {}
-    for gate in plan.rollback.triggers:
-        if gate in overall:
-            results[gate] = _result(overall[gate])
-    for gate in plan.gates_of(progress.step_index):
-        if gate in at_step:
-            results[gate] = _result(at_step[gate])
-    return results
-
-
 def _result(row: Any) -> GateResult:
+    """The machine's view of a stored evaluation, or of one this tick made (as it will read
+    back: an empty reason is stored as NULL)."""
     return GateResult(
         verdict=Verdict(row.verdict),
         evaluated_at=row.evaluated_at,
@@ -87,17 +102,24 @@ def record_steps(
     before: Progress,
     after: Progress,
     now: datetime,
+    *,
+    known: Mapping[int, Any] | None = None,
 ) -> None:
-    """Keep the per-step table in step with the progress facts, for reports and history."""
+    """Keep the per-step table in step with the progress facts, for reports and history.
+
+    ``known``: the step rows as the tick read them; a row that already holds every time
+    given is not written again (a time once set is never moved).
+    """
     if after.started_at is None:
         return
     if after.step_index != before.step_index or after.ended == "completed":
-        _step_row(session, rollout, plan, before.step_index, completed_at=now)
+        _step_row(session, rollout, plan, before.step_index, known, completed_at=now)
     _step_row(
         session,
         rollout,
         plan,
         after.step_index,
+        known,
         entered_at=after.step_entered_at,
         verified_at=after.step_verified_at,
     )
@@ -108,11 +130,14 @@ def _step_row(
     rollout: Rollout,
     plan: Plan,
     index: int,
-    *,
-    entered_at: datetime | None = None,
-    verified_at: datetime | None = None,
-    completed_at: datetime | None = None,
+    known: Mapping[int, Any] | None,
+    **times: datetime | None,
 ) -> None:
+    row = None if known is None else known.get(index)
+    if row is not None and all(
+        getattr(row, name) is not None for name, value in times.items() if value is not None
+    ):
+        return
     step = plan.steps[index]
     queries.upsert_step(
         session,
@@ -121,7 +146,5 @@ def _step_row(
         name=step.title(),
         kind=step.kind,
         weight=plan.step_weight(index),
-        entered_at=entered_at,
-        verified_at=verified_at,
-        completed_at=completed_at,
+        **times,
     )

@@ -114,6 +114,17 @@ class _Control:
     timeout_s: float = 60.0
 
 
+@dataclass(frozen=True)
+class _Gate:
+    """One suite gate of one rollout, judged in one role."""
+
+    rollout_id: int
+    plan: Plan
+    spec: SuiteGate
+    name: str
+    role: Role
+
+
 @dataclass
 class _Run:
     future: Future[None]
@@ -169,7 +180,7 @@ class Suites:
                 else _Job(row.id, row.step_index, row.attempts, row.acquired_until, row.reason)
             )
         last = max((t for t in (ran_at, failed_at) if t is not None), default=None)
-        job = self._drive(rollout_id, plan, spec, gate, role, progress, job, last, now)
+        job = self._drive(_Gate(rollout_id, plan, spec, gate, role), progress, job, last, now)
         if ran_at is None and spec.at_entry:
             # Judge this step on this step's run, not an earlier step's.
             reason = (
@@ -184,11 +195,7 @@ class Suites:
 
     def _drive(
         self,
-        rollout_id: int,
-        plan: Plan,
-        spec: SuiteGate,
-        gate: str,
-        role: Role,
+        gate: _Gate,
         progress: Progress,
         job: _Job | None,
         last_run_at: datetime | None,
@@ -199,6 +206,7 @@ class Suites:
         from rolloutd.evaluation.gate import suite_due
 
         shell = self.shell
+        rollout_id = gate.rollout_id
         step = progress.step_index
         held = shell.held()
         if job is not None and job.step_index != step:
@@ -209,12 +217,15 @@ class Suites:
             job = None
         if job is None:
             if self._closing or not suite_due(
-                spec, last_run_at=last_run_at, step_entered_at=progress.step_entered_at, now=now
+                gate.spec,
+                last_run_at=last_run_at,
+                step_entered_at=progress.step_entered_at,
+                now=now,
             ):
                 return None
             with shell.write(held) as session:
                 row = suite_jobs.add_job(
-                    session, rollout_id=rollout_id, gate=gate, step_index=step, due_at=now
+                    session, rollout_id=rollout_id, gate=gate.name, step_index=step, due_at=now
                 )
                 job = _Job(row.id, step, 0, None, None)
         with self._lock:
@@ -232,9 +243,9 @@ class Suites:
             with shell.write(held) as session:
                 reason = f"given up after {job.attempts} attempts (last: {job.reason})"
                 suite_jobs.end_job(session, job.id, state="failed", now=now, reason=reason)
-            log.error("suite job failed", rollout=rollout_id, gate=gate, reason=reason)
+            log.error("suite job failed", rollout=rollout_id, gate=gate.name, reason=reason)
             return None
-        options = _options(plan, spec, shell.instance)
+        options = _options(gate.plan, gate.spec, shell.instance)
         with shell.write(held) as session:
             claim = suite_jobs.claim(
                 session,
@@ -247,38 +258,27 @@ class Suites:
         if claim is None:
             return job
         control = _Control(self, claim, timeout_s=options.timeout_s)
-        future = self._pool().submit(
-            self._run, rollout_id, plan, spec, gate, role, step, now, options, control
-        )
+        future = self._pool().submit(self._run, gate, step, now, options, control)
         with self._lock:
             self._runs[job.id] = _Run(future, control)
         return job
 
     def _run(
-        self,
-        rollout_id: int,
-        plan: Plan,
-        spec: SuiteGate,
-        gate: str,
-        role: Role,
-        step: int,
-        now: datetime,
-        options: RunnerOptions,
-        control: _Control,
+        self, gate: _Gate, step: int, now: datetime, options: RunnerOptions, control: _Control
     ) -> None:
         from rolloutd.evaluation.runner import RunAbandoned
         from rolloutd.evaluation.schedule import run_suite_for_gate
 
         shell = self.shell
-        bound = log.bind(rollout=rollout_id, gate=gate, job=control.claim.job_id)
+        bound = log.bind(rollout=gate.rollout_id, gate=gate.name, job=control.claim.job_id)
         try:
             result = run_suite_for_gate(
                 shell.sessions,
-                plan=plan,
-                spec=spec,
-                name=gate,
-                role=role,
-                rollout_id=rollout_id,
+                plan=gate.plan,
+                spec=gate.spec,
+                name=gate.name,
+                role=gate.role,
+                rollout_id=gate.rollout_id,
                 step_index=step,
                 now=now,
                 options=options,

@@ -23,6 +23,7 @@ import structlog
 from sqlalchemy.orm import Session, sessionmaker
 
 from rolloutd.analysis.base import Evaluation, Judging, MetricsSource, Role
+from rolloutd.analysis.budget import Budgeted
 from rolloutd.analysis.gates import evaluate_gate
 from rolloutd.analysis.windows import earlier_windows, final_window
 from rolloutd.core.actions import Observed, Verdict
@@ -41,6 +42,7 @@ from rolloutd.routers.base import Router, RouterState
 from rolloutd.routers.deadline import LONGEST_WRITE_TIMEOUT
 from rolloutd.store import queries
 from rolloutd.store.lease import Held, fence
+from rolloutd.store.models import Rollout
 
 log = structlog.get_logger("rolloutd.reconcile")
 
@@ -59,6 +61,24 @@ class TickResult:
     watching: bool = False
     """The rollout ended, and its router is still read back and repaired (see
     :meth:`Reconciler.watch_window`): keep ticking it."""
+
+
+@dataclass
+class Facts:
+    """What one tick read of a rollout, in one transaction at its start."""
+
+    rollout: Rollout
+    plan: Plan
+    progress: Progress
+    owed: list[Attempt]
+    """The rollout's open attempts."""
+    done: frozenset[str]
+    """The keys of its performed attempts (read again after the tick performed one)."""
+    succeeded: bool
+    """It ended and a newer rollout of its service and environment exists."""
+    steps: dict[int, Any]
+    """Its step rows by index (none once it ended)."""
+    newest: records.Newest
 
 
 class Reconciler:
@@ -94,39 +114,58 @@ class Reconciler:
         bound = log.bind(rollout=rollout_id, instance=shell.instance)
         now = shell.clock()
         held = shell.held()
-        with shell.read() as session:
-            rollout = queries.get_rollout(session, rollout_id)
-            plan = plan_of(rollout)
-            progress = Progress.from_storage(rollout.progress)
-            owed = [Attempt.of(a) for a in queries.open_actions(session, rollout_id)]
-            succeeded = progress.ended is not None and queries.has_successor(session, rollout)
+        facts = self._read(rollout_id)
+        plan, progress = facts.plan, facts.progress
         router = self._router(rollout_id, plan)
         # Replay what is owed besides weights (alerts, redeploys, verifications): an ended
         # rollout may still owe its final alert after a crash. Weights converge below.
-        performed = self._perform(rollout_id, plan, router, owed, None, bound)
+        performed = self._perform(rollout_id, plan, router, facts.owed, None, bound)
+        if performed:
+            with shell.read() as session:
+                facts.done = queries.done_action_keys(session, rollout_id)
         if progress.ended is not None:
             # A newer rollout of the service owns the router now: never fight it.
-            watching = not succeeded and self._watching(progress, router, now)
+            watching = not facts.succeeded and self._watching(progress, router, now)
             if watching:
                 # An ex-leader's late router write may still land: keep the final fact served.
-                self._converge(rollout_id, plan, desired_of(plan, progress), router, bound)
+                self._converge(facts, desired_of(plan, progress), router, bound)
             return TickResult(rollout_id, State(progress.ended), performed, None, watching)
         if progress.started_at is None:
             observed, preflight_error = self._preflight(plan, router)
         else:
-            desired = desired_of(plan, progress)
-            observed = self._converge(rollout_id, plan, desired, router, bound)
+            observed = self._converge(facts, desired_of(plan, progress), router, bound)
             preflight_error = None
-        evaluations = self._evaluate(rollout_id, plan, progress, now)
-        decision, attempts = self._decide(
-            rollout_id, plan, held, now, evaluations, observed, preflight_error
-        )
+        evaluations = self._evaluate(facts, now)
+        decision, attempts = self._decide(facts, held, now, evaluations, observed, preflight_error)
         performed += self._perform(
             rollout_id, plan, router, attempts, decision.progress.desired, bound
         )
         if decision.events:
             bound.info("tick", state=decision.state.value, events=[e.kind for e in decision.events])
         return TickResult(rollout_id, decision.state, performed, decision)
+
+    def _read(self, rollout_id: int) -> Facts:
+        """Everything the tick needs from the store, in one transaction."""
+        with self.shell.read() as session:
+            rollout = queries.get_rollout(session, rollout_id)
+            plan = plan_of(rollout)
+            progress = Progress.from_storage(rollout.progress)
+            ended = progress.ended is not None
+            judging = progress.started_at is not None and progress.rollback is None
+            return Facts(
+                rollout=rollout,
+                plan=plan,
+                progress=progress,
+                owed=[Attempt.of(a) for a in queries.open_actions(session, rollout_id)],
+                done=queries.done_action_keys(session, rollout_id),
+                succeeded=ended and queries.has_successor(session, rollout),
+                steps={row.step_index: row for row in queries.list_steps(session, rollout_id)}
+                if not ended
+                else {},
+                newest=records.newest_stored(session, rollout_id, plan, progress)
+                if not ended and judging
+                else records.Newest(),
+            )
 
     def watch_window(self, router: Router | None) -> timedelta:
         """How long an ended rollout keeps its router verified: twice the lease TTL (the
@@ -181,7 +220,7 @@ class Reconciler:
         return Observed(router_weight=state.weight, router_mirror=state.mirror), None
 
     def _converge(
-        self, rollout_id: int, plan: Plan, desired: Desired, router: Router | None, bound: Any
+        self, facts: Facts, desired: Desired, router: Router | None, bound: Any
     ) -> Observed:
         """Bring the router to the desired fact and report what it reads.
 
@@ -190,20 +229,28 @@ class Reconciler:
         fact's attempt is (re)made: made for the first time after a crash between the
         decision and the attempt (or for progress that predates the facts), retried after
         its backoff, or reopened when the router lost a weight it had taken (drift,
-        recorded as an event).
+        recorded as an event). A router that serves the fact its done attempt made costs no
+        write at all.
         """
         shell = self.shell
+        rollout_id, plan = facts.rollout.id, facts.plan
         held = shell.held()
         now = shell.clock()
-        with shell.write(held) as session:
-            self._supersede(session, rollout_id, desired, now)
-            done = queries.done_action_keys(session, rollout_id)
+        stale = [a for a in facts.owed if a.kind == "set_weight" and a.key != desired.key]
+        if stale:
+            with shell.write(held) as session:
+                self._supersede(session, rollout_id, desired, now)
+        done = facts.done
         state = self._read_router(router, bound)
         if router is None or state is None:
             return Observed(done_actions=done)
+        served = desired.served_by(state.weight, state.mirror)
+        open_now = any(a.key == desired.key for a in facts.owed)
+        if served and not open_now:
+            return _observed(state, done)
         with shell.write(held) as session:
             row = queries.action_by_key(session, rollout_id, desired.key)
-            if desired.served_by(state.weight, state.mirror):
+            if served:
                 if row is not None and row.status != "done":
                     # It landed before a crash, or the router already served the fact.
                     queries.finish_action(session, row.id, status="done", now=now)
@@ -255,19 +302,14 @@ class Reconciler:
 
     # -- gates ------------------------------------------------------------------------------
 
-    def _evaluate(
-        self, rollout_id: int, plan: Plan, progress: Progress, now: datetime
-    ) -> list[Evaluation]:
+    def _evaluate(self, facts: Facts, now: datetime) -> list[Evaluation]:
         """Judge the rollback triggers every tick, and the step's gates when they are due."""
+        rollout_id, plan, progress = facts.rollout.id, facts.plan, facts.progress
         if progress.started_at is None or progress.rollback is not None:
             return []
-        with self.shell.read() as session:
-            at_step = queries.latest_evaluations(
-                session, rollout_id, step_index=progress.step_index
-            )
-            rows = queries.list_steps(session, rollout_id)
-            verified = {row.step_index: row.verified_at for row in rows}
-            completed = {row.step_index: row.completed_at for row in rows}
+        at_step = facts.newest.at_step
+        verified = {index: row.verified_at for index, row in facts.steps.items()}
+        completed = {index: row.completed_at for index, row in facts.steps.items()}
         due: list[tuple[str, Role]] = [(g, "trigger") for g in plan.rollback.triggers]
         for gate in plan.gates_of(progress.step_index):
             last = at_step.get(gate)
@@ -290,7 +332,9 @@ class Reconciler:
         if source is None:
             failed = [Evaluation(g, r, Verdict.INCONCLUSIVE, now, reason=reason) for g, r in due]
             return judged + failed
-        source = self.suites.with_suite_counts(source, rollout_id, progress)
+        source = Budgeted(
+            self.suites.with_suite_counts(source, rollout_id, progress), plan.trigger_interval
+        )
         weight = plan.step_weight(progress.step_index)
         return judged + [
             evaluate_gate(
@@ -321,8 +365,7 @@ class Reconciler:
 
     def _decide(
         self,
-        rollout_id: int,
-        plan: Plan,
+        facts: Facts,
         held: Held,
         now: datetime,
         evaluations: list[Evaluation],
@@ -330,16 +373,15 @@ class Reconciler:
         preflight_error: str | None,
     ) -> tuple[Decision, list[Attempt]]:
         shell = self.shell
+        rollout, plan, progress = facts.rollout, facts.plan, facts.progress
+        rollout_id = rollout.id
         with shell.write(held) as session:
-            rollout = queries.get_rollout(session, rollout_id)
-            progress = Progress.from_storage(rollout.progress)
-            for evaluation in evaluations:
-                records.record_evaluation(session, rollout_id, progress.step_index, evaluation)
+            records.record_evaluations(session, rollout_id, progress.step_index, evaluations)
             commands = queries.pending_commands(session, rollout_id)
             decision = decide(
                 plan,
                 progress,
-                verdicts=records.newest_verdicts(session, rollout_id, plan, progress),
+                verdicts=facts.newest.with_fresh(evaluations).verdicts(plan, progress),
                 commands=[records.command_of(c) for c in commands],
                 observed=observed,
                 now=now,
@@ -377,15 +419,18 @@ class Reconciler:
                     outcome=outcome.detail,
                     now=stamp,
                 )
-            if decision.progress.desired is not None:
-                self._supersede(session, rollout_id, decision.progress.desired, stamp)
+            desired = decision.progress.desired
+            if desired is not None and desired != progress.desired:
+                self._supersede(session, rollout_id, desired, stamp)
             added = queries.enqueue_actions(
                 session,
                 rollout_id=rollout_id,
                 actions=[(a.key, a.kind, a.payload()) for a in decision.actions],
                 now=stamp,
             )
-            records.record_steps(session, rollout, plan, progress, decision.progress, now)
+            records.record_steps(
+                session, rollout, plan, progress, decision.progress, now, known=facts.steps
+            )
             return decision, [Attempt.of(a) for a in added]
 
 

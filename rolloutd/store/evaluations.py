@@ -6,53 +6,96 @@ values. Both read an index on ``(rollout_id, gate, evaluated_at)``.
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Sequence
 from datetime import datetime
-from typing import Any, Literal
+from functools import lru_cache
+from typing import Any, Literal, NamedTuple, TypedDict, Unpack
 
-from sqlalchemy import func, select
+from sqlalchemy import Select, bindparam, func, insert, select
 from sqlalchemy.orm import Session
 
 from rolloutd.store.models import GateEvaluation
+from rolloutd.store.writes import add_row
 
 GateRole = Literal["step", "trigger"]
 
 
-def record_evaluation(
-    session: Session,
-    *,
-    rollout_id: int,
-    step_index: int,
-    gate: str,
-    role: GateRole,
-    verdict: str,
-    value: float | None,
-    threshold: str | None,
-    query: str | None,
-    samples: int | None,
-    statistic: float | None,
-    reason: str | None,
-    evidence: dict[str, Any],
-    evaluated_at: datetime,
-) -> int:
+class NewEvaluation(TypedDict):
+    """One verdict of one gate at one step, with the measurement and evidence behind it."""
+
+    rollout_id: int
+    step_index: int
+    gate: str
+    role: GateRole
+    verdict: str
+    value: float | None
+    threshold: str | None
+    query: str | None
+    samples: int | None
+    statistic: float | None
+    reason: str | None
+    evidence: dict[str, Any]
+    evaluated_at: datetime
+
+
+def record_evaluation(session: Session, **evaluation: Unpack[NewEvaluation]) -> int:
     """Store one gate verdict and return its id."""
-    evaluation = GateEvaluation(
-        rollout_id=rollout_id,
-        step_index=step_index,
-        gate=gate,
-        role=role,
-        verdict=verdict,
-        value=value,
-        threshold=threshold,
-        query=query,
-        samples=samples,
-        statistic=statistic,
-        reason=reason,
-        evidence=evidence,
-        evaluated_at=evaluated_at,
-    )
-    session.add(evaluation)
-    session.flush()
-    return evaluation.id
+    return add_row(session, GateEvaluation(**evaluation)).id
+
+
+def record_evaluations(session: Session, evaluations: Sequence[NewEvaluation]) -> None:
+    """Store a tick's verdicts in one statement."""
+    if evaluations:
+        session.execute(insert(GateEvaluation), list(evaluations))
+
+
+class Newest(NamedTuple):
+    """What the state machine reads of a gate's newest evaluation."""
+
+    id: int
+    gate: str
+    step_index: int
+    verdict: str
+    evaluated_at: datetime
+    reason: str | None
+    value: float | None
+    threshold: str | None
+    samples: int | None
+
+
+def newest_evaluations(
+    session: Session, rollout_id: int, wanted: Iterable[tuple[str, int | None]]
+) -> list[Newest]:
+    """The newest evaluation of each ``(gate, step)`` wanted (step None: of any step), in one
+    statement of one index lookup a gate, however many evaluations the rollout has."""
+    wanted = list(wanted)
+    if not wanted:
+        return []
+    params: dict[str, Any] = {"rollout_id": rollout_id}
+    for i, (gate, step) in enumerate(wanted):
+        params[f"gate_{i}"] = gate
+        if step is not None:
+            params[f"step_{i}"] = step
+    statement = _newest_statement(tuple(step is not None for _, step in wanted))
+    return [Newest(*row) for row in session.execute(statement, params)]
+
+
+@lru_cache(maxsize=256)
+def _newest_statement(by_step: tuple[bool, ...]) -> Select[Any]:
+    """The statement for ``newest_evaluations``, built once per shape (ticks ask the same
+    gates every time): building SQLAlchemy expressions costs more than running them."""
+    newest_first = (GateEvaluation.evaluated_at.desc(), GateEvaluation.id.desc())
+    ids = []
+    for i, step in enumerate(by_step):
+        query = select(GateEvaluation.id).where(
+            GateEvaluation.rollout_id == bindparam("rollout_id"),
+            GateEvaluation.gate == bindparam(f"gate_{i}"),
+        )
+        if step:
+            query = query.where(GateEvaluation.step_index == bindparam(f"step_{i}"))
+        ids.append(query.order_by(*newest_first).limit(1).scalar_subquery())
+    columns = [getattr(GateEvaluation, name) for name in Newest._fields]
+    return select(*columns).where(GateEvaluation.id.in_(ids))
 
 
 def latest_evaluations(

@@ -37,8 +37,10 @@ from rolloutd.store.errors import StaleWrite
 from rolloutd.store.evaluations import (
     GateRole,
     latest_evaluations,
+    newest_evaluations,
     recent_values,
     record_evaluation,
+    record_evaluations,
 )
 from rolloutd.store.events import append_event, list_events
 from rolloutd.store.models import Rollout
@@ -72,11 +74,13 @@ __all__ = [
     "list_events",
     "list_rollouts",
     "list_steps",
+    "newest_evaluations",
     "open_actions",
     "pending_actions",
     "pending_commands",
     "recent_values",
     "record_evaluation",
+    "record_evaluations",
     "reopen_action",
     "save_progress",
     "supersede_weight_attempts",
