@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import os
 import re
+from datetime import timedelta
 from pathlib import Path
 from typing import Literal
 from urllib.parse import unquote
@@ -20,6 +21,7 @@ from pydantic import Field, SecretStr, ValidationError, field_validator
 from pydantic_core import ErrorDetails
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from rolloutd.core.durations import parse_duration
 from rolloutd.errors import BadInput, Problem
 from rolloutd.redact import register_secret
 
@@ -44,6 +46,23 @@ class Settings(BaseSettings):
     log_level: LogLevel = "info"
     instance_name: str | None = None
     alert_timeout_seconds: float = Field(default=10.0, gt=0.0, le=120.0)
+    # How long the evaluations of an ended rollout are kept whole (``90d``, ``12w``); after
+    # that they are compacted to the decisive ones (``rolloutd db compact``, daily).
+    retention: timedelta = timedelta(days=90)
+
+    @field_validator("retention", mode="before")
+    @classmethod
+    def _duration(cls, value: object) -> object:
+        if isinstance(value, str):
+            try:
+                retention = parse_duration(value)
+            except ValueError:
+                # pydantic reports the variable and the value given.
+                raise ValueError("expected a duration such as '90d' or '12w'") from None
+            if retention <= timedelta(0):
+                raise ValueError("must be longer than 0s")
+            return retention
+        return value
 
     @field_validator("log_level", mode="before")
     @classmethod

@@ -2,15 +2,18 @@
 
 \b
 rolloutd db upgrade   bring the schema to the revision this version needs
+rolloutd db compact   compact the evaluations of rollouts that ended long ago
 rolloutd run          lead (or stand by) and drive every active rollout
 """
 
 from __future__ import annotations
 
+import json
 import sys
 
 import click
 
+from rolloutd.cli.common import OUTPUT
 from rolloutd.cli.errors import run_cli
 
 
@@ -51,6 +54,74 @@ def upgrade() -> None:
     url = load_settings().database_url.get_secret_value()
     upgrade_schema(url)
     click.echo(f"{describe(url)}: at revision {SCHEMA_REVISION}")
+
+
+@db.command()
+@click.option(
+    "--retention",
+    metavar="DURATION",
+    help="Compact rollouts that ended longer ago than this (default: ROLLOUTD_RETENTION, 90d).",
+)
+@click.option("--dry-run", is_flag=True, help="Count what would be deleted; delete nothing.")
+@OUTPUT
+def compact(retention: str | None, dry_run: bool, output: str) -> None:
+    """Compact the gate evaluations of rollouts that ended before the retention period to the
+    decisive ones (every verdict change, the verdicts at each rollback, pause and promotion,
+    the newest of each gate and step) plus one per gate per hour. Events are never touched.
+    The leader does this daily by itself; safe to run at any time, and again.
+
+    \b
+    Examples:
+      rolloutd db compact --dry-run
+      rolloutd db compact --retention 30d --output json
+    """
+    from rolloutd.clock import utc_now
+    from rolloutd.core.durations import parse_duration
+    from rolloutd.errors import BadInput
+    from rolloutd.settings import load_settings
+    from rolloutd.store.db import check_revision, make_engine, session_factory, transaction
+    from rolloutd.store.retention import Compaction, compact_ended
+
+    settings = load_settings()
+    keep = settings.retention
+    if retention is not None:
+        try:
+            keep = parse_duration(retention)
+        except ValueError as exc:
+            raise BadInput.one("command line", "--retention", str(exc)) from None
+    engine = make_engine(settings.database_url.get_secret_value())
+
+    def report(done: Compaction) -> None:
+        verb = "would delete" if dry_run else "deleted"
+        click.echo(
+            f"rollout {done.rollout_id}: {verb} {done.deleted}, kept {done.kept} evaluations",
+            err=output == "json",
+        )
+
+    try:
+        check_revision(engine)
+        cutoff = utc_now() - keep
+        sessions = session_factory(engine)
+        done = compact_ended(
+            lambda: transaction(sessions), cutoff, dry_run=dry_run, progress=report
+        )
+    finally:
+        engine.dispose()
+    summary = {
+        "cutoff": cutoff.isoformat(),
+        "dry_run": dry_run,
+        "rollouts": len(done),
+        "deleted": sum(c.deleted for c in done),
+        "kept": sum(c.kept for c in done),
+    }
+    if output == "json":
+        click.echo(json.dumps(summary, indent=2))
+    else:
+        verb = "would delete" if dry_run else "deleted"
+        click.echo(
+            f"{summary['rollouts']} rollouts that ended before {summary['cutoff']} had "
+            f"evaluations to compact: {verb} {summary['deleted']}, kept {summary['kept']}"
+        )
 
 
 @cli.command()

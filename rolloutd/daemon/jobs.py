@@ -13,10 +13,18 @@ from __future__ import annotations
 import contextlib
 import threading
 from collections.abc import Callable
+from dataclasses import KW_ONLY, dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import structlog
+from apscheduler.events import (
+    EVENT_JOB_MAX_INSTANCES,
+    EVENT_JOB_MISSED,
+    EVENT_JOB_SUBMITTED,
+    JobEvent,
+    JobSubmissionEvent,
+)
 from apscheduler.executors.pool import ThreadPoolExecutor
 from apscheduler.jobstores.base import JobLookupError
 from apscheduler.schedulers.background import BackgroundScheduler
@@ -32,6 +40,7 @@ from rolloutd.reconcile import NotLeading, Reconciler
 from rolloutd.store import queries
 from rolloutd.store.db import transaction
 from rolloutd.store.errors import StaleWrite
+from rolloutd.store.retention import compact_ended
 
 log = structlog.get_logger("rolloutd.daemon")
 
@@ -39,33 +48,30 @@ SENDER_JOB = "alert-sender"
 # The sender paces each webhook to one message a second; it looks for work twice as often.
 SEND_EVERY_SECONDS = 0.5
 WORKERS = 8
+COMPACT_JOB = "compact-evaluations"
+# Retention runs daily; first a few minutes after this instance leads, off the busy start.
+COMPACT_EVERY = timedelta(days=1)
+COMPACT_FIRST_AFTER = timedelta(minutes=5)
 
 
+@dataclass(eq=False)
 class TickJobs:
     """Keeps one tick job per rollout the leader drives, and runs the ticks."""
 
-    def __init__(
-        self,
-        sessions: sessionmaker[Session],
-        reconciler: Reconciler,
-        metrics: DaemonMetrics,
-        sender: Sender,
-        *,
-        instance: str,
-        wall: Callable[[], datetime],
-        clock: Callable[[], datetime],
-        stopping: threading.Event,
-        leading: Callable[[], bool],
-    ) -> None:
-        self.sessions = sessions
-        self.reconciler = reconciler
-        self.metrics = metrics
-        self.sender = sender
-        self.instance = instance
-        self.wall = wall
-        self.clock = clock
-        self.stopping = stopping
-        self.leading = leading
+    sessions: sessionmaker[Session]
+    reconciler: Reconciler
+    metrics: DaemonMetrics
+    sender: Sender
+    _: KW_ONLY
+    instance: str
+    wall: Callable[[], datetime]
+    clock: Callable[[], datetime]
+    stopping: threading.Event
+    leading: Callable[[], bool]
+    retention: timedelta = timedelta(days=90)
+    compact_first_after: timedelta = COMPACT_FIRST_AFTER
+
+    def __post_init__(self) -> None:
         self.scheduler = BackgroundScheduler(
             executors={"default": ThreadPoolExecutor(max_workers=WORKERS)},
             job_defaults={"coalesce": True, "max_instances": 1, "misfire_grace_time": 30},
@@ -75,6 +81,12 @@ class TickJobs:
         self._wakeups: set[int] = set()
         self._ended: set[int] = set()  # rollouts whose job the main loop is to remove
         self._retry: set[int] = set()  # rollouts whose abandoned tick is to run again soon
+        # Tick job id -> the due time of its submitted run; and the runs that started before
+        # the scheduler's thread reported their submission (whose due time is then dropped).
+        self._due: dict[str, datetime] = {}
+        self._early: set[str] = set()
+        self.scheduler.add_listener(self._submitted, EVENT_JOB_SUBMITTED)
+        self.scheduler.add_listener(self._missed, EVENT_JOB_MAX_INSTANCES | EVENT_JOB_MISSED)
 
     # -- the main loop's side ---------------------------------------------------------------
 
@@ -147,11 +159,18 @@ class TickJobs:
             ended, self._ended = self._ended, set()
         wanted = {f"tick-{r.id}": r for r in rollouts if r.id not in ended}
         for job in self.scheduler.get_jobs():
-            if job.id not in wanted and job.id != SENDER_JOB:
+            if job.id not in wanted and job.id not in (SENDER_JOB, COMPACT_JOB):
                 job.remove()
         if self.scheduler.get_job(SENDER_JOB) is None:
             self.scheduler.add_job(
                 self.send_alerts, IntervalTrigger(seconds=SEND_EVERY_SECONDS), id=SENDER_JOB
+            )
+        if self.scheduler.get_job(COMPACT_JOB) is None:
+            self.scheduler.add_job(
+                self.compact,
+                IntervalTrigger(seconds=COMPACT_EVERY.total_seconds()),
+                id=COMPACT_JOB,
+                next_run_time=self.wall() + self.compact_first_after,
             )
         for job_id, rollout in wanted.items():
             if self.scheduler.get_job(job_id) is None:
@@ -197,9 +216,28 @@ class TickJobs:
 
     # -- the job threads' side --------------------------------------------------------------
 
+    def _submitted(self, event: JobSubmissionEvent) -> None:
+        if event.job_id.startswith("tick-"):
+            with self._lock:
+                if event.job_id in self._early:
+                    self._early.discard(event.job_id)
+                else:
+                    self._due[event.job_id] = max(event.scheduled_run_times)
+
+    def _missed(self, event: JobEvent) -> None:
+        if event.job_id.startswith("tick-"):
+            self.metrics.ticks_missed.inc()
+
     def tick(self, rollout_id: int) -> None:
         """One scheduled tick of a rollout, and again at once while a wake-up is pending."""
         bound = log.bind(rollout=rollout_id, instance=self.instance)
+        job_id = f"tick-{rollout_id}"
+        with self._lock:
+            due = self._due.pop(job_id, None)
+            if due is None:
+                self._early.add(job_id)
+        if due is not None:
+            self.metrics.tick_lag.observe(max(0.0, (self.wall() - due).total_seconds()))
         structlog.contextvars.bind_contextvars(rollout=rollout_id)
         try:
             while not self.stopping.is_set():
@@ -239,6 +277,24 @@ class TickJobs:
             log.error("alert sender failed", error=str(exc).splitlines()[0])
         except Exception:  # a bug must not kill the scheduler thread; it is logged in full
             log.exception("alert sender crashed")
+
+    def compact(self) -> None:
+        """The retention job: compact the evaluations of rollouts that ended longer ago than
+        the retention period, each rollout in a transaction fenced by the lease."""
+        shell = self.reconciler.shell
+        try:
+            done = compact_ended(lambda: shell.write(shell.held()), self.clock() - self.retention)
+        except NotLeading:
+            return  # the next leader compacts
+        except (RolloutdError, SQLAlchemyError) as exc:
+            log.error("compacting evaluations failed", error=str(exc).splitlines()[0])
+            return
+        except Exception:  # a bug must not kill the scheduler thread; it is logged in full
+            log.exception("compacting evaluations crashed")
+            return
+        if done:
+            deleted = sum(c.deleted for c in done)
+            log.info("compacted evaluations", rollouts=len(done), deleted=deleted)
 
     def _owes_nothing(self, rollout_id: int) -> bool:
         with transaction(self.sessions) as session:

@@ -72,6 +72,18 @@ class DaemonMetrics:
             buckets=TICK_BUCKETS,
             registry=self.registry,
         )
+        self.tick_lag = Histogram(
+            "rolloutd_tick_lag_seconds",
+            "From a tick's due time to its start: how far the leader runs behind.",
+            buckets=TICK_BUCKETS,
+            registry=self.registry,
+        )
+        self.ticks_missed = Counter(
+            "rolloutd_ticks_missed",
+            "Due ticks not run because the rollout's previous tick still ran or the leader "
+            "was too late to run them at all.",
+            registry=self.registry,
+        )
         self.deliveries = Counter(
             "rolloutd_alert_deliveries",
             "Attempts to post an alert to Slack, by outcome "
@@ -157,6 +169,7 @@ class _StoreCollector(Collector):
 
     def _families(self, session: Session, now: datetime) -> Iterator[Metric]:
         rollout_labels = ["rollout", "name", "service", "environment"]
+        gate_labels = ["rollout", "gate", "role"]
         state = GaugeMetricFamily(
             "rolloutd_rollout_state",
             "1 for the rollout's current state, 0 for the others.",
@@ -173,17 +186,17 @@ class _StoreCollector(Collector):
         gate_value = GaugeMetricFamily(
             "rolloutd_gate_value",
             "The newest value of each gate of each rollout (absent while it has none).",
-            labels=["rollout", "gate", "role"],
+            labels=gate_labels,
         )
         gate_verdict = GaugeMetricFamily(
             "rolloutd_gate_verdict",
             "1 for the gate's newest verdict, 0 for the others.",
-            labels=["rollout", "gate", "role", "verdict"],
+            labels=[*gate_labels, "verdict"],
         )
         gate_age = GaugeMetricFamily(
             "rolloutd_gate_evaluated_timestamp_seconds",
             "When the gate was last evaluated (Unix time).",
-            labels=["rollout", "gate", "role"],
+            labels=gate_labels,
         )
         failures = CounterMetricFamily(
             "rolloutd_action_failures",

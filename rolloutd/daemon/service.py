@@ -162,6 +162,7 @@ class Daemon:
             clock=self.clock,
             stopping=self.stopping,
             leading=lambda: self.leadership.held is not None,
+            retention=settings.retention,
         )
         self._lock_file: Any = None
         self._health: HealthServer | None = None
