@@ -229,8 +229,9 @@ def status_view(session: Session, rollout: Rollout) -> dict[str, Any]:
 
 
 def _gate_views(session: Session, rollout: Rollout, plan: Plan, index: int) -> list[dict[str, Any]]:
-    step_latest = queries.latest_evaluations(session, rollout.id, step_index=index)
-    any_latest = queries.latest_evaluations(session, rollout.id)
+    gates = list(plan.gates)
+    step_latest = queries.latest_evaluations(session, rollout.id, step_index=index, gates=gates)
+    any_latest = queries.latest_evaluations(session, rollout.id, gates=gates)
     views = []
     roles = [(g, "step") for g in plan.gates_of(index)]
     roles += [(g, "trigger") for g in plan.rollback.triggers if g not in plan.gates_of(index)]

@@ -185,7 +185,7 @@ def _facts(
     evidence = None
     base = evidence_base(plan)
     if gate is not None and base is not None:
-        latest = queries.latest_evaluations(session, rollout.id).get(gate)
+        latest = queries.latest_evaluations(session, rollout.id, gates=[gate]).get(gate)
         if latest is not None and latest.query:
             evidence = graph_url(base, latest.query)
             if value is None:

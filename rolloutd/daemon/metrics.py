@@ -213,7 +213,8 @@ class _StoreCollector(Collector):
                 state.add_metric([*labels, candidate.value], float(candidate is current))
             step.add_metric(labels, float(min(progress.step_index, len(plan.steps) - 1)))
             weight.add_metric(labels, float(current_weight(plan, progress)))
-            for gate, row in sorted(queries.latest_evaluations(session, rollout.id).items()):
+            latest = queries.latest_evaluations(session, rollout.id, gates=plan.gates)
+            for gate, row in sorted(latest.items()):
                 gate_labels = [str(rollout.id), gate, row.role]
                 if row.value is not None:
                     gate_value.add_metric(gate_labels, row.value)

@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import functools
+from collections.abc import Callable
 from datetime import timedelta
 from typing import Any
 
+import pytest
 from sqlalchemy.orm import Session
 
 from rolloutd.store.queries import (
@@ -45,7 +48,19 @@ def _record(
     return record_evaluation(session, **fields)
 
 
-def test_latest_evaluations_holds_the_newest_verdict_of_each_gate(session: Session) -> None:
+GATES = ["queue_timeouts", "schema_violations", "p95_latency", "oom", "never_evaluated"]
+
+
+@pytest.fixture(params=["ranked", "by_gate"])
+def latest(request: pytest.FixtureRequest) -> Callable[..., dict[str, Any]]:
+    """latest_evaluations ranking all of a rollout's rows, or looking up the plan's gates."""
+    gates = GATES if request.param == "by_gate" else None
+    return functools.partial(latest_evaluations, gates=gates)
+
+
+def test_latest_evaluations_holds_the_newest_verdict_of_each_gate(
+    session: Session, latest: Callable[..., dict[str, Any]]
+) -> None:
     """For each gate name, the evaluation with the latest time wins, whatever the insert order."""
     rollout_id = seed_rollout(session)
     _record(session, rollout_id, "queue_timeouts", 2, 0.004)
@@ -61,26 +76,28 @@ def test_latest_evaluations_holds_the_newest_verdict_of_each_gate(session: Sessi
         reason="query returned no series",
     )
     session.commit()
-    latest = latest_evaluations(session, rollout_id)
-    assert {gate: e.id for gate, e in latest.items()} == {
+    newest = latest(session, rollout_id)
+    assert {gate: e.id for gate, e in newest.items()} == {
         "queue_timeouts": newest_timeouts,
         "schema_violations": newest_schema,
     }
-    assert latest["schema_violations"].reason == "query returned no series"
-    assert latest["queue_timeouts"].evidence == {"canary": 0.006}
+    assert newest["schema_violations"].reason == "query returned no series"
+    assert newest["queue_timeouts"].evidence == {"canary": 0.006}
 
 
-def test_latest_evaluations_for_a_step_ignore_other_steps(session: Session) -> None:
+def test_latest_evaluations_for_a_step_ignore_other_steps(
+    session: Session, latest: Callable[..., dict[str, Any]]
+) -> None:
     """With step_index, a verdict from another step never stands in for the current one."""
     rollout_id = seed_rollout(session)
     step_one = _record(session, rollout_id, "p95_latency", 1, 2.1, step_index=1)
     _record(session, rollout_id, "p95_latency", 5, 2.4, step_index=2)
     _record(session, rollout_id, "oom", 6, 0.0, step_index=2)
-    assert {g: e.id for g, e in latest_evaluations(session, rollout_id, step_index=1).items()} == {
+    assert {g: e.id for g, e in latest(session, rollout_id, step_index=1).items()} == {
         "p95_latency": step_one
     }
-    assert set(latest_evaluations(session, rollout_id, step_index=2)) == {"p95_latency", "oom"}
-    assert latest_evaluations(session, rollout_id, step_index=3) == {}
+    assert set(latest(session, rollout_id, step_index=2)) == {"p95_latency", "oom"}
+    assert latest(session, rollout_id, step_index=3) == {}
 
 
 def test_recent_values_are_newest_first_and_keep_missing_values(session: Session) -> None:
