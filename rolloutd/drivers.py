@@ -93,18 +93,14 @@ class PlanDrivers:
         if isinstance(spec, NginxRouterSpec):
             from rolloutd.routers.nginx import NginxRouter
 
+            # The spec names each option as the driver does.
+            same = "config_path pid_file nginx_binary prefix variable session_header verify_url"
+            same += " command_prefix"
             return NginxRouter(
                 spec.include_path,
                 stable_upstream=spec.upstreams["stable"],
                 canary_upstream=spec.upstreams["canary"],
-                config_path=spec.config_path,
-                pid_file=spec.pid_file,
-                nginx_binary=spec.nginx_binary,
-                prefix=spec.prefix,
-                variable=spec.variable,
-                session_header=spec.session_header,
-                verify_url=spec.verify_url,
-                command_prefix=spec.command_prefix,
+                **{name: getattr(spec, name) for name in same.split()},
             )
         raise PermanentError(f"router driver {spec.driver!r} is not available in this rolloutd")
 

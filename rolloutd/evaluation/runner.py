@@ -23,7 +23,7 @@ import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 from datetime import datetime
-from typing import Any
+from typing import Any, TypedDict, Unpack
 from urllib.parse import urlsplit, urlunsplit
 
 import certifi
@@ -87,51 +87,41 @@ def public_endpoint(url: str) -> str:
     return urlunsplit((parts.scheme, netloc, parts.path.rstrip("/"), "", ""))
 
 
-def run_suite(
-    suite: Suite,
-    endpoint: str,
-    *,
-    role: RunRole = "canary",
-    options: RunnerOptions | None = None,
-    progress: Progress | None = None,
-    transport: httpx.AsyncBaseTransport | None = None,
-    clock: Callable[[], datetime] = utc_now,
-) -> RunSummary:
-    """Ask ``endpoint`` every case of ``suite`` and score the answers (blocks until done).
+class RunArgs(TypedDict, total=False):
+    """How :func:`run_suite` asks, besides the suite and the endpoint.
 
     ``clock`` stamps the run's start and finish: the wall clock, unless the run belongs to a
-    rollout, whose clock its times are compared with. Runs its own event loop; from async
-    code, await :func:`run_suite_async` instead.
+    rollout, whose clock its times are compared with.
     """
-    return asyncio.run(
-        run_suite_async(
-            suite,
-            endpoint,
-            role=role,
-            options=options,
-            progress=progress,
-            transport=transport,
-            clock=clock,
-        )
-    )
+
+    role: RunRole
+    options: RunnerOptions | None
+    progress: Progress | None
+    transport: httpx.AsyncBaseTransport | None
+    clock: Callable[[], datetime]
+
+
+def run_suite(suite: Suite, endpoint: str, **how: Unpack[RunArgs]) -> RunSummary:
+    """Ask ``endpoint`` every case of ``suite`` and score the answers (blocks until done).
+
+    Runs its own event loop; from async code, await :func:`run_suite_async` instead.
+    """
+    return asyncio.run(run_suite_async(suite, endpoint, **how))
 
 
 async def run_suite_async(
-    suite: Suite,
-    endpoint: str,
-    *,
-    role: RunRole = "canary",
-    options: RunnerOptions | None = None,
-    progress: Progress | None = None,
-    transport: httpx.AsyncBaseTransport | None = None,
-    clock: Callable[[], datetime] = utc_now,
-    permit: Permit | None = None,
+    suite: Suite, endpoint: str, *, permit: Permit | None = None, **how: Unpack[RunArgs]
 ) -> RunSummary:
     """The coroutine behind :func:`run_suite`.
 
     ``permit`` is asked before every request (retries included) whether it may start, given
     its timeout; a refusal abandons the run (:class:`RunAbandoned`).
     """
+    role = how.get("role", "canary")
+    options = how.get("options")
+    progress = how.get("progress")
+    transport = how.get("transport")
+    clock = how.get("clock", utc_now)
     options = options or RunnerOptions()
     started = clock()
     results: list[CaseResult | None] = [None] * len(suite.cases)

@@ -6,6 +6,7 @@ per-step table are written back in the decision's transaction.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
 from datetime import datetime
@@ -85,14 +86,12 @@ def newest_stored(session: Session, rollout_id: int, plan: Plan, progress: Progr
 def _result(row: Any) -> GateResult:
     """The machine's view of a stored evaluation, or of one this tick made (as it will read
     back: an empty reason is stored as NULL)."""
-    return GateResult(
-        verdict=Verdict(row.verdict),
-        evaluated_at=row.evaluated_at,
-        reason=row.reason or "",
-        value=row.value,
-        threshold=row.threshold,
-        samples=row.samples,
-    )
+    copied = {name: getattr(row, name) for name in _COPIED}
+    return GateResult(verdict=Verdict(row.verdict), reason=row.reason or "", **copied)
+
+
+# The fields of a GateResult that an evaluation holds as they are.
+_COPIED = ("evaluated_at", "value", "threshold", "samples")
 
 
 def record_steps(
@@ -112,17 +111,10 @@ def record_steps(
     """
     if after.started_at is None:
         return
+    row = functools.partial(_step_row, session, rollout, plan, known=known)
     if after.step_index != before.step_index or after.ended == "completed":
-        _step_row(session, rollout, plan, before.step_index, known, completed_at=now)
-    _step_row(
-        session,
-        rollout,
-        plan,
-        after.step_index,
-        known,
-        entered_at=after.step_entered_at,
-        verified_at=after.step_verified_at,
-    )
+        row(before.step_index, completed_at=now)
+    row(after.step_index, entered_at=after.step_entered_at, verified_at=after.step_verified_at)
 
 
 def _step_row(
@@ -130,6 +122,7 @@ def _step_row(
     rollout: Rollout,
     plan: Plan,
     index: int,
+    *,
     known: Mapping[int, Any] | None,
     **times: datetime | None,
 ) -> None:
