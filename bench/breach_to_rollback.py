@@ -22,24 +22,21 @@ scrape intervals.
 from __future__ import annotations
 
 import argparse
-import os
 import random
 import statistics
 import sys
 import time
-import uuid
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
-import psycopg
+# The e2e stack lives in tests/, the benches' shared helpers in bench/.
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the e2e stack lives in tests/
-
+from bench._common import add_server_option, scratch_database
 from rolloutd.analysis.base import MeasurementError
 from rolloutd.analysis.prometheus import PrometheusMetrics
 from rolloutd.analysis.templates import load_templates
 from rolloutd.logs import configure_logging
-from rolloutd.store.db import normalise_url, upgrade
 from tests.e2e.services import SCRAPE_INTERVAL_S
 from tests.e2e.stack import CANARY, Stack, binaries_present, wait_until
 
@@ -119,29 +116,15 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--breaches", type=int, default=20)
     parser.add_argument("--flavor", choices=["triton", "vllm"], default="triton")
-    parser.add_argument(
-        "--server",
-        default=os.environ.get("ROLLOUTD_TEST_PG", "postgresql:///postgres"),
-        help="a Postgres server where this user may CREATE DATABASE",
-    )
+    add_server_option(parser)
     args = parser.parse_args()
     if not binaries_present():
         raise SystemExit("install prometheus and haproxy (Debian packages) first")
     configure_logging("critical")  # the daemon's rollback alerts would bury the table
 
-    admin_url = normalise_url(args.server).set(drivername="postgresql")
-    name = f"rolloutd_bench_{uuid.uuid4().hex[:8]}"
-    url = admin_url.set(database=name).render_as_string(hide_password=False)
-    admin = admin_url.render_as_string(hide_password=False)
     started = time.monotonic()
-    with psycopg.connect(admin, autocommit=True) as connection:
-        connection.execute(f"CREATE DATABASE {name}")
-    try:
-        upgrade(url)
+    with scratch_database(args.server) as url:
         verdicts, zeros = measure(url, args.flavor, args.breaches)
-    finally:
-        with psycopg.connect(admin, autocommit=True) as connection:
-            connection.execute(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
 
     after = [zero - verdict for verdict, zero in zip(verdicts, zeros, strict=True)]
     print(

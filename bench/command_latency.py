@@ -17,110 +17,41 @@ The database is dropped at the end, whatever happens.
 from __future__ import annotations
 
 import argparse
-import json
-import math
-import os
-import signal
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
-import uuid
-from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
 
 import psycopg
-import yaml
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # for bench._common
+
+from bench._common import (
+    DaemonProcess,
+    add_server_option,
+    nearest_rank,
+    scratch_database,
+    wait_for,
+    write_file_plan,
+)
 from rolloutd.operations import start_rollout, submit_command
 from rolloutd.planfile import load_plan
-from rolloutd.store.db import make_engine, normalise_url, session_factory, transaction, upgrade
+from rolloutd.store.db import make_engine, normalise_url, session_factory, transaction
 
 TICK_SECONDS = 60
 
 
-def wait_for(predicate: Callable[[], Any], timeout: float, what: str, interval: float) -> Any:
-    """Poll ``predicate`` until truthy; exit with ``what`` when ``timeout`` passes first."""
-    deadline = time.monotonic() + timeout
-    while not (value := predicate()):
-        if time.monotonic() > deadline:
-            raise SystemExit(f"timed out after {timeout:g} s waiting for {what}")
-        time.sleep(interval)
-    return value
-
-
-def write_plan(workdir: Path) -> Path:
-    """A rollout that stays at its first step: a one-hour bake, ticked every 60 s."""
-    plan = {
-        "name": "bench",
-        "service": "bench",
-        "environment": "staging",
-        "pools": {
-            "stable": {"replicas": [{"name": "s0", "url": "http://127.0.0.1:9"}]},
-            "canary": {"replicas": [{"name": "c0", "url": "http://127.0.0.1:9"}]},
-        },
-        "router": {"driver": "file", "path": str(workdir / "weights.json")},
-        "metrics": {"source": "file", "path": str(workdir / "metrics.json")},
-        "artefacts": {"stable": "build-old", "canary": "build-new"},
-        "interval": f"{TICK_SECONDS}s",
-        "trigger_interval": f"{TICK_SECONDS}s",
-        "gates": {"oom": {"kind": "events", "signal": "oom_events"}},
-        "steps": [{"kind": "canary", "weight": 5, "bake": "1h"}],
-        "rollback": {"triggers": ["oom"]},
-    }
-    (workdir / "metrics.json").write_text(json.dumps({"oom_events": {"canary": {"value": 0}}}))
-    path = workdir / "plan.yaml"
-    path.write_text(yaml.safe_dump(plan))
-    return path
-
-
-class Daemon:
+class Daemon(DaemonProcess):
     """One ``rolloutd run`` with its log in ``workdir``."""
 
     def __init__(self, name: str, url: str, workdir: Path) -> None:
-        env = {k: v for k, v in os.environ.items() if not k.startswith("ROLLOUTD_")}
-        env.update(
-            ROLLOUTD_DATABASE_URL=url, ROLLOUTD_ENV_FILE="/nonexistent", ROLLOUTD_INSTANCE_NAME=name
-        )
-        self.log_path = workdir / f"rolloutd-{name}.log"
-        self._log = self.log_path.open("wb")
-        self.proc = subprocess.Popen(
-            ["rolloutd", "run", "--health-port", "0"],
-            stdin=subprocess.DEVNULL,
-            stdout=self._log,
-            stderr=subprocess.STDOUT,
-            env=env,
-        )
+        super().__init__(name, url, workdir / f"rolloutd-{name}.log")
 
     def logged(self, event: str) -> bool:
         """Whether the log has an event named ``event``."""
-        for raw in self.log_path.read_text(errors="replace").splitlines():
-            try:
-                if json.loads(raw).get("event") == event:
-                    return True
-            except (ValueError, AttributeError):
-                continue
-        return False
-
-    def stop(self) -> None:
-        """SIGTERM, then SIGKILL if it is still there after 10 s."""
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait(timeout=10)
-        self._log.close()
-
-
-def nearest_rank(values: list[float], fraction: float) -> float:
-    """The ``fraction`` quantile by the nearest-rank method."""
-    ordered = sorted(values)
-    return ordered[max(0, math.ceil(fraction * len(ordered)) - 1)]
+        return any(line.get("event") == event for line in self.log_events())
 
 
 def stats(values: list[float]) -> list[float]:
@@ -136,7 +67,9 @@ def measure(url: str, workdir: Path, commands: int) -> tuple[list[float], list[f
     try:
         wait_for(lambda: any(d.logged("leading") for d in daemons), 60, "a leader", 0.05)
         with transaction(sessions) as session:
-            loaded = load_plan(write_plan(workdir))
+            # A rollout that stays at its first step: a one-hour bake, ticked every 60 s.
+            plan_path = write_file_plan(workdir, "bench", every=f"{TICK_SECONDS}s", bake="1h")
+            loaded = load_plan(plan_path)
             rollout = start_rollout(session, loaded, actor="bench", now=datetime.now(UTC))
         conninfo = normalise_url(url).set(drivername="postgresql")
         with psycopg.connect(
@@ -166,8 +99,7 @@ def measure(url: str, workdir: Path, commands: int) -> tuple[list[float], list[f
         return observed, stamped
     except BaseException:
         for daemon in daemons:
-            tail = daemon.log_path.read_text(errors="replace").splitlines()[-10:]
-            print(f"--- {daemon.log_path.name}\n" + "\n".join(tail), file=sys.stderr)
+            print(f"--- {daemon.log_path.name}\n{daemon.log_tail(10)}", file=sys.stderr)
         raise
     finally:
         for daemon in daemons:
@@ -179,27 +111,15 @@ def main() -> None:
     """Create the scratch database, measure, print the table, drop the database."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--commands", type=int, default=50)
-    parser.add_argument(
-        "--server",
-        default=os.environ.get("ROLLOUTD_TEST_PG", "postgresql:///postgres"),
-        help="a Postgres server where this user may CREATE DATABASE",
-    )
+    add_server_option(parser)
     args = parser.parse_args()
 
-    admin_url = normalise_url(args.server).set(drivername="postgresql")
-    name = f"rolloutd_bench_{uuid.uuid4().hex[:8]}"
-    url = admin_url.set(database=name).render_as_string(hide_password=False)
-    admin = admin_url.render_as_string(hide_password=False)
     started = time.monotonic()
-    with psycopg.connect(admin, autocommit=True) as connection:
-        connection.execute(f"CREATE DATABASE {name}")
-    try:
-        upgrade(url)
-        with tempfile.TemporaryDirectory(prefix="rolloutd-bench-") as workdir:
-            observed, stamped = measure(url, Path(workdir), args.commands)
-    finally:
-        with psycopg.connect(admin, autocommit=True) as connection:
-            connection.execute(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
+    with (
+        scratch_database(args.server) as url,
+        tempfile.TemporaryDirectory(prefix="rolloutd-bench-") as workdir,
+    ):
+        observed, stamped = measure(url, Path(workdir), args.commands)
 
     rows = [
         ("with NOTIFY: commit to new state", stats(observed)),

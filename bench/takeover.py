@@ -4,7 +4,7 @@ under load.
     python3 bench/takeover.py [--rounds 20] [--minutes 10] [--rollouts 200] [--ttl SECONDS]
                               [--output table|json] [--server postgresql:///postgres]
 
-Creates a scratch database on the server, migrates it with ``rolloutd db upgrade`` and starts
+Creates a scratch database on the server, migrates it to the newest schema and starts
 two ``rolloutd run`` instances on it, a leader and a standby, with the lease TTL given (default:
 the daemon's own). Every rollout uses the ``file`` router and the ``file`` metrics source (one
 JSON file per rollout that reads 0 OOM events), so nothing but Postgres is needed: it sits in a
@@ -40,27 +40,33 @@ import os
 import random
 import signal
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
 import urllib.error
 import urllib.request
-import uuid
 from collections import Counter
-from collections.abc import Callable, Iterable, Iterator
-from contextlib import contextmanager
+from collections.abc import Iterable
 from datetime import UTC, datetime
 from pathlib import Path
 from types import FrameType
-from typing import Any, TypeVar
+from typing import Any
 
 import psycopg
-import yaml
 from prometheus_client.parser import text_string_to_metric_families
 from psycopg.rows import dict_row
 from sqlalchemy import make_url
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # for bench._common
+
+from bench._common import (
+    DaemonProcess,
+    add_server_option,
+    nearest_rank,
+    scratch_database,
+    wait_for,
+    write_file_plan,
+)
 from rolloutd.operations import start_rollout
 from rolloutd.planfile import load_plan
 from rolloutd.settings import Settings
@@ -74,18 +80,6 @@ SAMPLE_SECONDS = 1.0  # while watching the lease under load
 PROGRESS_SECONDS = 30.0
 START_TIMEOUT = 30.0
 
-T = TypeVar("T")
-
-
-def wait_for(predicate: Callable[[], T | None], timeout: float, what: str, interval: float) -> T:
-    """Poll ``predicate`` until truthy; exit with ``what`` when ``timeout`` passes first."""
-    deadline = time.monotonic() + timeout
-    while not (value := predicate()):
-        if time.monotonic() > deadline:
-            raise SystemExit(f"timed out after {timeout:g} s waiting for {what}")
-        time.sleep(interval)
-    return value
-
 
 def progress(message: str) -> None:
     """One line of progress on stderr (stdout carries the table)."""
@@ -95,52 +89,20 @@ def progress(message: str) -> None:
 # -- the daemons ------------------------------------------------------------------------------
 
 
-class Daemon:
+class Daemon(DaemonProcess):
     """One ``rolloutd run`` with its JSON-lines log in ``workdir`` and its ``/healthz``."""
 
     def __init__(self, name: str, url: str, workdir: Path, ttl: float, generation: int) -> None:
-        self.name = name
-        self.actor = f"rolloutd@{name}"
-        env = {k: v for k, v in os.environ.items() if not k.startswith("ROLLOUTD_")}
-        env.pop("NOTIFY_SOCKET", None)
-        env.update(
-            # The instance's backends are recognisable in pg_stat_activity.
-            ROLLOUTD_DATABASE_URL=make_url(url)
+        # The instance's backends are recognisable in pg_stat_activity.
+        url = (
+            make_url(url)
             .update_query_dict({"application_name": f"rolloutd-{name}"})
-            .render_as_string(hide_password=False),
-            ROLLOUTD_ENV_FILE="/nonexistent",
-            ROLLOUTD_INSTANCE_NAME=name,
-            ROLLOUTD_LEASE_TTL_SECONDS=str(ttl),
+            .render_as_string(hide_password=False)
         )
-        self.log_path = workdir / f"rolloutd-{name}-{generation}.log"
-        self._log = self.log_path.open("wb")
-        self.proc = subprocess.Popen(
-            ["rolloutd", "run", "--health-port", "0"],
-            stdin=subprocess.DEVNULL,
-            stdout=self._log,
-            stderr=subprocess.STDOUT,
-            env=env,
-        )
+        log_path = workdir / f"rolloutd-{name}-{generation}.log"
+        super().__init__(name, url, log_path, lease_ttl_seconds=str(ttl))
+        self.actor = f"rolloutd@{name}"
         self.port: int | None = None
-
-    def log_events(self, offset: int = 0) -> list[dict[str, Any]]:
-        """The log's events from byte ``offset`` on (lines that are not JSON are skipped)."""
-        with self.log_path.open("rb") as log:
-            log.seek(offset)
-            raw = log.read().decode(errors="replace")
-        events = []
-        for line in raw.splitlines():
-            try:
-                event = json.loads(line)
-            except ValueError:
-                continue
-            if isinstance(event, dict):
-                events.append(event)
-        return events
-
-    def log_tail(self, lines: int = 15) -> str:
-        """The end of the log, for failure reports."""
-        return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])
 
     def wait_serving(self) -> Daemon:
         """Wait until ``/healthz`` answers; exit with the log if the process exits first."""
@@ -179,10 +141,7 @@ class Daemon:
 
     def close(self) -> None:
         """SIGKILL it if it still runs; close the log."""
-        if self.proc.poll() is None:
-            self.proc.kill()
-            self.proc.wait(timeout=10)
-        self._log.close()
+        self.stop(timeout=0)
 
 
 class Pair:
@@ -257,27 +216,7 @@ class Db:
         self.started += 1
         directory = self.workdir / name
         directory.mkdir()
-        metrics = directory / "metrics.json"
-        metrics.write_text(json.dumps({"oom_events": {"canary": {"value": 0}}}))
-        plan = {
-            "name": name,
-            "service": name,
-            "environment": "staging",
-            "pools": {
-                "stable": {"replicas": [{"name": "s0", "url": "http://127.0.0.1:9"}]},
-                "canary": {"replicas": [{"name": "c0", "url": "http://127.0.0.1:9"}]},
-            },
-            "router": {"driver": "file", "path": str(directory / "weights.json")},
-            "metrics": {"source": "file", "path": str(metrics)},
-            "artefacts": {"stable": "build-old", "canary": "build-new"},
-            "interval": TRIGGER_EVERY,
-            "trigger_interval": TRIGGER_EVERY,
-            "gates": {"oom": {"kind": "events", "signal": "oom_events"}},
-            "steps": [{"kind": "canary", "weight": 5, "bake": "24h"}],
-            "rollback": {"triggers": ["oom"]},
-        }
-        path = directory / "plan.yaml"
-        path.write_text(yaml.safe_dump(plan, sort_keys=False))
+        path = write_file_plan(directory, name, every=TRIGGER_EVERY, bake="24h")
         with transaction(self.sessions) as session:
             return start_rollout(session, load_plan(path), actor="bench", now=datetime.now(UTC))
 
@@ -293,29 +232,6 @@ class Db:
         """Close the connections."""
         self.connection.close()
         self.engine.dispose()
-
-
-@contextmanager
-def scratch_database(server: str) -> Iterator[str]:
-    """A new database on ``server``, migrated by ``rolloutd db upgrade``; dropped at the end."""
-    admin_url = normalise_url(server).set(drivername="postgresql")
-    name = f"rolloutd_bench_takeover_{uuid.uuid4().hex[:8]}"
-    admin = admin_url.render_as_string(hide_password=False)
-    with psycopg.connect(admin, autocommit=True) as connection:
-        connection.execute(f"CREATE DATABASE {name}")
-    try:
-        url = admin_url.set(database=name).render_as_string(hide_password=False)
-        env = {k: v for k, v in os.environ.items() if not k.startswith("ROLLOUTD_")}
-        env.update(ROLLOUTD_DATABASE_URL=url, ROLLOUTD_ENV_FILE="/nonexistent")
-        migrated = subprocess.run(
-            ["rolloutd", "db", "upgrade"], env=env, capture_output=True, text=True, check=False
-        )
-        if migrated.returncode != 0:
-            raise SystemExit(f"rolloutd db upgrade failed:\n{migrated.stdout}{migrated.stderr}")
-        yield url
-    finally:
-        with psycopg.connect(admin, autocommit=True) as connection:
-            connection.execute(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
 
 
 # -- 1 and 2: takeovers -----------------------------------------------------------------------
@@ -546,12 +462,6 @@ def under_load(pair: Pair, db: Db, rollouts: int, minutes: float) -> dict[str, A
 # -- the report -------------------------------------------------------------------------------
 
 
-def nearest_rank(values: list[float], fraction: float) -> float:
-    """The ``fraction`` quantile by the nearest-rank method."""
-    ordered = sorted(values)
-    return ordered[max(0, math.ceil(fraction * len(ordered)) - 1)]
-
-
 def stats(values: list[float]) -> dict[str, float]:
     """Median, p90 and max (NaN when a round had no value)."""
     if not values or any(math.isnan(v) for v in values):
@@ -644,11 +554,7 @@ def main() -> None:
     parser.add_argument("--rollouts", type=int, default=200, help="rollouts ticking under load")
     parser.add_argument("--ttl", type=float, default=DEFAULT_TTL, help="the lease TTL, seconds")
     parser.add_argument("--output", choices=["table", "json"], default="table")
-    parser.add_argument(
-        "--server",
-        default=os.environ.get("ROLLOUTD_TEST_PG", "postgresql:///postgres"),
-        help="a Postgres server where this user may CREATE DATABASE",
-    )
+    add_server_option(parser)
     args = parser.parse_args()
     signal.signal(signal.SIGTERM, interrupted)
     # A shell without job control starts background jobs with SIGINT ignored; Ctrl-C must count.

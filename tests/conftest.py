@@ -9,6 +9,7 @@ Fixtures
 ``session``     one session of ``store``; whatever it did not commit is rolled back afterwards.
 ``pg_store``    like ``store`` but always Postgres, for Postgres-only behaviour (mark the test
                 ``@pytest.mark.postgres``).
+``bare_ctl``    rolloutctl, run in-process, on ``store`` with nothing in it.
 
 Environment
 -----------
@@ -40,6 +41,7 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from rolloutd.store.db import describe, make_engine, normalise_url, session_factory, upgrade
 from rolloutd.store.models import Base
+from tests.cli import Ctl
 from tests.required import missing
 
 BACKENDS = ("sqlite", "postgres")
@@ -214,6 +216,14 @@ def session(store: StoreHandle) -> Iterator[Session]:
     """A session on ``store``; uncommitted work is rolled back at the end of the test."""
     with store.sessions() as session:
         yield session
+
+
+@pytest.fixture
+def bare_ctl(
+    store: StoreHandle, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> Ctl:
+    """rolloutctl pointed at a fresh, migrated database with nothing in it."""
+    return Ctl.on(store.url, monkeypatch, capsys)
 
 
 # Under CI a Postgres test that did not run is a failure: a missing service must never

@@ -60,16 +60,28 @@ def example_plan() -> Plan:
     return load_plan(EXAMPLE_PATH).plan
 
 
+def pools(
+    stable_url: str = "http://127.0.0.1:9",
+    canary_url: str = "http://127.0.0.1:9",
+    *,
+    names: tuple[str, str] = ("s0", "c0"),
+) -> dict[str, Any]:
+    """The ``pools`` section: one stable and one canary replica (``names``) at the URLs given
+    (by default a port nothing listens on, for plans whose drivers never call a replica)."""
+    stable, canary = names
+    return {
+        "stable": {"replicas": [{"name": stable, "url": stable_url}]},
+        "canary": {"replicas": [{"name": canary, "url": canary_url}]},
+    }
+
+
 def small_dict() -> dict[str, Any]:
     """A short plan: shadow 1h, a timed 30m pause, canary 10% for 2h, full, steady 1h."""
     return {
         "name": "small",
         "service": "svc",
         "environment": "staging",
-        "pools": {
-            "stable": {"replicas": [{"name": "s1", "url": "http://127.0.0.1:9001"}]},
-            "canary": {"replicas": [{"name": "c1", "url": "http://127.0.0.1:9002"}]},
-        },
+        "pools": pools("http://127.0.0.1:9001", "http://127.0.0.1:9002", names=("s1", "c1")),
         "router": {"driver": "memory"},
         "metrics": {"source": "memory"},
         "artefacts": {"stable": "build-old", "canary": "build-new"},
@@ -110,10 +122,7 @@ def memory_plan(
         "name": name,
         "service": service,
         "environment": environment,
-        "pools": {
-            "stable": {"replicas": [{"name": "s0", "url": "http://127.0.0.1:9"}]},
-            "canary": {"replicas": [{"name": "c0", "url": "http://127.0.0.1:9"}]},
-        },
+        "pools": pools(),
         "router": {"driver": "memory"},
         "metrics": {"source": "memory"},
         "artefacts": {"stable": "fp8-msl32768", "canary": "fp8-msl8192"},
@@ -148,6 +157,30 @@ def memory_plan(
     }
     plan.update(extra)
     return plan
+
+
+# Canary 5% and 25% for an hour each, then everything.
+HOURLY_STEPS = (
+    {"kind": "canary", "weight": 5, "bake": "1h"},
+    {"kind": "canary", "weight": 25, "bake": "1h"},
+    {"kind": "full"},
+)
+
+
+def file_plan(name: str, weights: Path, metrics: Path, **fields: Any) -> dict[str, Any]:
+    """A plan on the ``file`` router (``weights``) and ``file`` metrics (``metrics``): canary
+    5% and 25% for an hour each, then full; any OOM in the last minute (the ``crash`` gate)
+    rolls back. ``fields`` are :func:`memory_plan`'s arguments, to change any of that."""
+    defaults: dict[str, Any] = {
+        "gate": "",
+        "steps": HOURLY_STEPS,
+        "triggers": ("crash",),
+        "router": {"driver": "file", "path": str(weights)},
+        "metrics": {"source": "file", "path": str(metrics)},
+        "artefacts": {"stable": "build-old", "canary": "build-new"},
+        "gates": {"crash": {"kind": "events", "signal": "oom_events", "window": "1m"}},
+    }
+    return memory_plan(name=name, **{**defaults, **fields})
 
 
 def to_yaml(data: Mapping[str, Any]) -> str:
@@ -293,6 +326,15 @@ class World:
         verified = self.progress.step_verified_at is not None
         awaiting = self.state is State.AWAITING_PROMOTION and verified
         return self.tick(self.passing(), [command("promote")] if awaiting else [])
+
+    def run_to_completion(self, every: timedelta, ticks: int) -> World:
+        """Happy ticks ``every`` apart until the rollout completes (``ticks`` at most)."""
+        for _ in range(ticks):
+            if self.state is State.COMPLETED:
+                break
+            self.wait(every)
+            self.happy_tick()
+        return self
 
     def reach(self, index: int) -> World:
         """Run the happy path until step ``index`` is entered and its weight verified."""

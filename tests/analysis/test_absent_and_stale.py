@@ -122,11 +122,32 @@ def _error(source: PrometheusMetrics, signal: str, pool: str = "canary") -> Meas
     return caught.value
 
 
+def _silenced(
+    world: tuple[Scraping, Exporter], silent: str, signal: str
+) -> tuple[PrometheusMetrics, MeasurementError]:
+    """Scrape every exporter; once ``signal`` measures 0 on the canary, silence the ``silent``
+    exporter. The source, and the error ``signal`` measures with once its samples went stale
+    (within 10 s)."""
+    service, exporter = world
+    _started(service, NEW_TRITON, NEW_TRITON, exporter)
+    source = _source(service, "triton-trtllm")
+    assert source.measure(signal, "canary", WINDOW, datetime.now(UTC)).value == 0
+    exporter.silent.add(silent)
+    deadline = time.monotonic() + 10
+    while True:
+        try:
+            source.measure(signal, "canary", WINDOW, datetime.now(UTC))
+        except MeasurementError as exc:
+            return source, exc
+        assert time.monotonic() < deadline, f"the silent {silent} still measured as data"
+        time.sleep(0.5)
+
+
 def _started(service: Scraping, canary: str, stable: str, exporter: Exporter) -> None:
     exporter.texts.update(canary=canary, stable=stable, gateway=GATEWAY)
     service.start()
     service.wait_targets_up()
-    time.sleep(3)  # three scrapes: enough for increase() over the window
+    service.wait_scrapes(3)  # enough for increase() over the window
 
 
 def test_an_old_triton_without_the_reason_label_is_absent_not_zero(
@@ -192,37 +213,13 @@ def test_a_silent_canary_exporter_is_stale_not_frozen_data(
     """The canary's exporter stops answering: within two scrape intervals its signals say
     there are no fresh samples, although the window still holds its earlier counts; stable's
     still answer."""
-    service, exporter = world
-    _started(service, NEW_TRITON, NEW_TRITON, exporter)
-    source = _source(service, "triton-trtllm")
-    assert source.measure("queue_timeouts", "canary", WINDOW, datetime.now(UTC)).value == 0
-    exporter.silent.add("canary")
-    deadline = time.monotonic() + 10
-    while True:
-        try:
-            source.measure("queue_timeouts", "canary", WINDOW, datetime.now(UTC))
-        except MeasurementError as exc:
-            assert "no fresh samples from the canary pool" in exc.reason
-            break
-        assert time.monotonic() < deadline, "the silent canary still measured as data"
-        time.sleep(0.5)
+    source, stale = _silenced(world, "canary", "queue_timeouts")
+    assert "no fresh samples from the canary pool" in stale.reason
     assert source.measure("queue_timeouts", "stable", WINDOW, datetime.now(UTC)).value == 0
 
 
 def test_a_silent_gateway_makes_its_signals_stale(world: tuple[Scraping, Exporter]) -> None:
     """The gateway's exporter goes silent: the escalation counts it last sent are not data."""
-    service, exporter = world
-    _started(service, NEW_TRITON, NEW_TRITON, exporter)
-    source = _source(service, "triton-trtllm")
-    assert source.measure("escalations", "canary", WINDOW, datetime.now(UTC)).value == 0
-    exporter.silent.add("gateway")
-    deadline = time.monotonic() + 10
-    while True:
-        try:
-            source.measure("escalations", "canary", WINDOW, datetime.now(UTC))
-        except MeasurementError as exc:
-            assert "no fresh samples from the canary pool" in exc.reason
-            assert "agent_sessions_total" in exc.reason
-            return
-        assert time.monotonic() < deadline, "the silent gateway still measured as data"
-        time.sleep(0.5)
+    _, stale = _silenced(world, "gateway", "escalations")
+    assert "no fresh samples from the canary pool" in stale.reason
+    assert "agent_sessions_total" in stale.reason

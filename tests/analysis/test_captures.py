@@ -14,7 +14,6 @@ from __future__ import annotations
 import json
 import math
 import re
-import time
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -141,7 +140,7 @@ def prometheus(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Scraping]:
     try:
         service.start()
         service.wait_targets_up()
-        time.sleep(4)
+        service.wait_scrapes(4)
         yield service
     finally:
         service.stop()

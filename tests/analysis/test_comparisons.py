@@ -16,30 +16,24 @@ from rolloutd.core.actions import Verdict
 from rolloutd.core.plan import Plan
 from rolloutd.errors import BadInput
 from rolloutd.planfile import parse_plan
+from tests.plans import memory_plan
 
 NOW = datetime(2026, 3, 2, 12, 0, tzinfo=UTC)
 
 
 def _plan(gates: dict[str, Any], capacity: bool = True) -> Plan:
-    data: dict[str, Any] = {
-        "name": "p",
-        "service": "s",
-        "environment": "staging",
-        "pools": {
-            "stable": {"replicas": [{"name": "a", "url": "http://127.0.0.1:1"}]},
-            "canary": {"replicas": [{"name": "b", "url": "http://127.0.0.1:1"}]},
-        },
-        "router": {"driver": "memory"},
-        "metrics": {"source": "memory"},
-        "artefacts": {"stable": "x", "canary": "y"},
-        "gates": gates,
-        "steps": [
+    data = memory_plan(
+        name="p",
+        service="s",
+        triggers=(),
+        steps=[
             {"kind": "canary", "weight": 5, "bake": "1h", "gates": list(gates)},
             {"kind": "canary", "weight": 25, "bake": "1h", "gates": list(gates)},
             {"kind": "full"},
             {"kind": "steady", "duration": "1h", "gates": [g for g in gates if g == "cap"]},
         ],
-    }
+        gates=gates,
+    )
     if not capacity:
         # Structure only: a plan file like this is refused, but the judge must cope anyway.
         return Plan.model_validate(data)

@@ -136,6 +136,11 @@ def source_for(url: str, timeout: float = 2.0) -> PrometheusMetrics:
     return PrometheusMetrics(url, templates, timeout=timedelta(seconds=timeout))
 
 
+def measure_now(source: PrometheusMetrics, signal: str, pool: str = "canary") -> Measurement:
+    """``signal`` on ``pool`` over the window that ends now."""
+    return source.measure(signal, pool, WINDOW, datetime.now(UTC))  # type: ignore[arg-type]
+
+
 def inconclusive(source: PrometheusMetrics, signal: str, pool: str = "canary") -> MeasurementError:
     """The error measuring ``signal`` raises (fails the test if it returns a value)."""
     with pytest.raises(MeasurementError) as caught:
@@ -217,7 +222,7 @@ def test_a_scalar_answer_is_a_value(fake: FakePrometheus) -> None:
     fake.answer(
         "g_value", {"status": "success", "data": {"resultType": "scalar", "result": [1, "0.25"]}}
     )
-    assert source_for(fake.url).measure("level", "canary", WINDOW, datetime.now(UTC)).value == 0.25
+    assert measure_now(source_for(fake.url), "level").value == 0.25
 
 
 def test_queries_are_evaluated_at_the_callers_now_with_the_timeout(fake: FakePrometheus) -> None:
@@ -234,7 +239,7 @@ def test_event_counts_are_whole_numbers_and_the_raw_value_is_kept(fake: FakeProm
     """increase() extrapolates (2.6 events); an event count is rounded, the raw kept."""
     fake.answer("e_value", one("2.6"))
     fake.answer("e_samples", one("419.7"))
-    measured = source_for(fake.url).measure("events", "canary", WINDOW, datetime.now(UTC))
+    measured = measure_now(source_for(fake.url), "events")
     assert (measured.value, measured.samples) == (3.0, 420)
     assert measured.raw["value"] == 2.6
     assert measured.raw["queries"] == {"samples": 'e_samples{p="canary"}'}
@@ -248,7 +253,7 @@ def test_a_millisecond_histogram_is_read_in_seconds(fake: FakePrometheus) -> Non
         "t_buckets",
         vector(({"le": "+Inf"}, "100"), ({"le": "500"}, "40"), ({"le": "1000"}, "100")),
     )
-    measured = source_for(fake.url).measure("ttft", "canary", WINDOW, datetime.now(UTC))
+    measured = measure_now(source_for(fake.url), "ttft")
     assert measured.value == pytest.approx(0.75)
     assert measured.raw["buckets"] == [["0.5", 40.0], ["1", 100.0], ["+Inf", 100.0]]
 
@@ -397,30 +402,30 @@ def vllm_source(
     return PrometheusMetrics(service.url, load_templates("vllm").with_overrides(overrides or {}))
 
 
+@pytest.fixture
+def source(real: tuple[RealPrometheus, Exporter]) -> PrometheusMetrics:
+    """A source over the shipped vLLM templates on the real Prometheus."""
+    return vllm_source(real[0])
+
+
 @pytest.mark.slow
 def test_a_ratio_from_real_prometheus_is_exact_with_its_samples_and_query(
-    real: tuple[RealPrometheus, Exporter],
+    source: PrometheusMetrics,
 ) -> None:
     """10 violations per 100 tool calls is 0.1 however increase() extrapolates both."""
-    source = vllm_source(real[0])
-    measured = eventually(
-        lambda: source.measure("schema_violation_rate", "canary", WINDOW, datetime.now(UTC))
-    )
+    measured = eventually(lambda: measure_now(source, "schema_violation_rate"))
     assert measured.value == pytest.approx(0.1, abs=1e-9)
     assert measured.samples is not None and measured.samples >= 100
     assert 'agent_schema_violations_total{pool="canary"}[10s]' in (measured.query or "")
     assert "agent_tool_calls_total" in measured.raw["queries"]["samples"]
-    stable = source.measure("schema_violation_rate", "stable", WINDOW, datetime.now(UTC))
+    stable = measure_now(source, "schema_violation_rate", "stable")
     assert stable.value == 0.0
 
 
 @pytest.mark.slow
-def test_a_latency_quantile_comes_with_its_buckets(real: tuple[RealPrometheus, Exporter]) -> None:
+def test_a_latency_quantile_comes_with_its_buckets(source: PrometheusMetrics) -> None:
     """p95 of 80% <= 1 s, 20% in (1, 2] s is 1.75 s; the buckets are the window's increases."""
-    source = vllm_source(real[0])
-    measured = eventually(
-        lambda: source.measure("e2e_latency", "canary", WINDOW, datetime.now(UTC))
-    )
+    measured = eventually(lambda: measure_now(source, "e2e_latency"))
     assert measured.value == pytest.approx(1.75, abs=1e-9)
     (le1, c1), (le2, c2), (inf, total) = measured.raw["buckets"]
     assert (le1, le2, inf) == ("1", "2", "+Inf")
@@ -437,13 +442,11 @@ def test_gauges_and_restart_counts_from_real_prometheus(
     source = vllm_source(service)
     now = datetime.now(UTC)
     assert eventually(lambda: source.measure("kv_cache_usage", "canary", WINDOW, now)).value == 0.42
-    assert source.measure("oom_events", "canary", WINDOW, datetime.now(UTC)).value == 0
+    assert measure_now(source, "oom_events").value == 0
     exporter.started["canary"] = 2000.0
-    restarted = eventually(
-        lambda: _must(source.measure("oom_events", "canary", WINDOW, datetime.now(UTC)), 1.0)
-    )
+    restarted = eventually(lambda: _must(measure_now(source, "oom_events"), 1.0))
     assert restarted.value == 1.0
-    assert source.measure("oom_events", "stable", WINDOW, datetime.now(UTC)).value == 0
+    assert measure_now(source, "oom_events", "stable").value == 0
 
 
 def _must(measured: Measurement, value: float) -> Measurement:
@@ -454,11 +457,10 @@ def _must(measured: Measurement, value: float) -> Measurement:
 
 @pytest.mark.slow
 def test_a_hostile_pool_value_selects_nothing_on_real_prometheus(
-    real: tuple[RealPrometheus, Exporter],
+    source: PrometheusMetrics,
 ) -> None:
     """``canary"} or vector(1) or {x="`` is one label value that matches no series."""
-    source = vllm_source(real[0])
-    eventually(lambda: source.measure("kv_cache_usage", "canary", WINDOW, datetime.now(UTC)))
+    eventually(lambda: measure_now(source, "kv_cache_usage"))
     hostile = 'canary"} or vector(1) or {x="'
     error = inconclusive(source, "kv_cache_usage", hostile)
     assert "no series for" in error.reason and "not on the" in error.reason
@@ -466,24 +468,20 @@ def test_a_hostile_pool_value_selects_nothing_on_real_prometheus(
 
 @pytest.mark.slow
 def test_real_prometheus_is_asked_about_the_given_now(
-    real: tuple[RealPrometheus, Exporter],
+    source: PrometheusMetrics,
 ) -> None:
     """An hour before the first scrape there is no data, though there is data now."""
-    source = vllm_source(real[0])
-    eventually(lambda: source.measure("kv_cache_usage", "canary", WINDOW, datetime.now(UTC)))
+    eventually(lambda: measure_now(source, "kv_cache_usage"))
     with pytest.raises(MeasurementError, match="no series for"):
         source.measure("kv_cache_usage", "canary", WINDOW, datetime.now(UTC) - timedelta(hours=1))
 
 
 @pytest.mark.slow
 def test_a_prompt_p99_past_the_last_bucket_is_inconclusive_on_real_prometheus(
-    real: tuple[RealPrometheus, Exporter],
+    source: PrometheusMetrics,
 ) -> None:
     """Half the prompts above the 1,000-token bucket: the p99 is unknown, not 1,000."""
-    source = vllm_source(real[0])
-    error = eventually_error(
-        lambda: source.measure("prompt_tokens_p99", "canary", WINDOW, datetime.now(UTC))
-    )
+    error = eventually_error(lambda: measure_now(source, "prompt_tokens_p99"))
     assert "last finite bucket (1000)" in error.reason
 
 
@@ -530,7 +528,7 @@ def test_an_operator_adds_a_signal_with_yaml_alone(
         )
     )
     source = PrometheusMetrics(real[0].url, load_templates(str(path)))
-    measured = eventually(lambda: source.measure("tool_calls", "stable", WINDOW, datetime.now(UTC)))
+    measured = eventually(lambda: measure_now(source, "tool_calls", "stable"))
     assert measured.value >= 100 and measured.value == math.floor(measured.value)
 
 

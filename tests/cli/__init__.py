@@ -16,6 +16,15 @@ class Ctl:
     def __init__(self, capsys: pytest.CaptureFixture[str]) -> None:
         self.capsys = capsys
 
+    @classmethod
+    def on(
+        cls, url: str, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+    ) -> Ctl:
+        """rolloutctl pointed at the database at ``url``, reading no env file."""
+        monkeypatch.setenv("ROLLOUTD_DATABASE_URL", url)
+        monkeypatch.setenv("ROLLOUTD_ENV_FILE", "/nonexistent")
+        return cls(capsys)
+
     def __call__(self, *argv: str) -> tuple[int, str, str]:
         self.capsys.readouterr()
         with pytest.raises(SystemExit) as exited:

@@ -6,7 +6,7 @@ import subprocess
 import sys
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import pytest
 from sqlalchemy import select
@@ -22,16 +22,6 @@ if TYPE_CHECKING:
     from conftest import StoreHandle
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "config" / "plans" / "atlas-70b-maxseq8192.yaml"
-
-
-@pytest.fixture
-def bare_ctl(
-    store: StoreHandle, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
-) -> Ctl:
-    """rolloutctl pointed at a fresh, migrated database with nothing in it."""
-    monkeypatch.setenv("ROLLOUTD_DATABASE_URL", store.url)
-    monkeypatch.setenv("ROLLOUTD_ENV_FILE", "/nonexistent")
-    return Ctl(capsys)
 
 
 @pytest.fixture
@@ -160,44 +150,24 @@ def test_abort_requires_a_reason(ctl: Ctl) -> None:
     assert ctl.json("history", str(rollout_id))[-1]["kind"] == "created"
 
 
+def _started(**facts: Any) -> Progress:
+    """Progress of a rollout started on 1 January 2026, with ``facts`` besides."""
+    return Progress(started_at=datetime(2026, 1, 1, tzinfo=UTC), **facts)
+
+
 @pytest.mark.parametrize(
     ("state", "progress", "command", "allowed"),
     [
         ("pending", Progress(), ["promote"], False),
         ("pending", Progress(), ["pause"], False),
         ("pending", Progress(), ["abort", "--reason", "x"], True),
-        ("running", Progress(started_at=datetime(2026, 1, 1, tzinfo=UTC)), ["pause"], True),
-        ("running", Progress(started_at=datetime(2026, 1, 1, tzinfo=UTC)), ["resume"], False),
-        (
-            "running",
-            Progress(started_at=datetime(2026, 1, 1, tzinfo=UTC)),
-            ["promote", "--full"],
-            True,
-        ),
-        (
-            "paused",
-            Progress(started_at=datetime(2026, 1, 1, tzinfo=UTC), paused="operator"),
-            ["promote"],
-            False,
-        ),
-        (
-            "paused",
-            Progress(started_at=datetime(2026, 1, 1, tzinfo=UTC), paused="operator"),
-            ["resume"],
-            True,
-        ),
-        (
-            "rolled_back",
-            Progress(started_at=datetime(2026, 1, 1, tzinfo=UTC), ended="rolled_back"),
-            ["promote"],
-            False,
-        ),
-        (
-            "completed",
-            Progress(started_at=datetime(2026, 1, 1, tzinfo=UTC), ended="completed"),
-            ["abort", "--reason", "x"],
-            False,
-        ),
+        ("running", _started(), ["pause"], True),
+        ("running", _started(), ["resume"], False),
+        ("running", _started(), ["promote", "--full"], True),
+        ("paused", _started(paused="operator"), ["promote"], False),
+        ("paused", _started(paused="operator"), ["resume"], True),
+        ("rolled_back", _started(ended="rolled_back"), ["promote"], False),
+        ("completed", _started(ended="completed"), ["abort", "--reason", "x"], False),
     ],
 )
 def test_commands_that_make_no_sense_are_refused_with_exit_3(

@@ -5,19 +5,22 @@ from __future__ import annotations
 import copy
 import json
 import threading
-import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import pytest
 import yaml
 
+from rolloutd import operations
 from rolloutd.cli.ctl import main
 from rolloutd.cli.render import sparkline
 from tests.outbox.harness import PLAN, SECRET, Harness
 
 if TYPE_CHECKING:
     from conftest import StoreHandle
+    from sqlalchemy.orm import Session
+
+    from rolloutd.store.models import Rollout
 
 
 def _run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
@@ -65,12 +68,23 @@ def test_watch_of_an_ended_rollout_draws_one_frame_and_exits(
 
 
 def test_watch_refreshes_until_the_rollout_ends(
-    rollout: Harness, capsys: pytest.CaptureFixture[str]
+    rollout: Harness, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """--output json prints one object per redraw and stops once the rollout has ended."""
+    drawn: list[dict[str, Any]] = []
+    two_drawn = threading.Event()
+    real = operations.watch_view
+
+    def counted(session: Session, row: Rollout) -> dict[str, Any]:
+        drawn.append(real(session, row))
+        if len(drawn) >= 2:
+            two_drawn.set()
+        return drawn[-1]
+
+    monkeypatch.setattr(operations, "watch_view", counted)
 
     def roll_back() -> None:
-        time.sleep(0.5)
+        two_drawn.wait(10)  # the watch has redrawn the running rollout
         rollout.metrics.set("oom_events", "canary", 1)
         rollout.tick(seconds=5)
         rollout.tick(seconds=5)

@@ -7,8 +7,10 @@ import os
 import subprocess
 import sys
 import textwrap
+from collections.abc import Callable
 from dataclasses import replace
 from datetime import timedelta
+from functools import partial
 
 import pytest
 
@@ -60,6 +62,19 @@ def rolled_back_world() -> World:
     world.tick()
     assert world.state is State.ROLLED_BACK
     return world
+
+
+def assert_deadline_is_now(
+    world: World, verdicts: Callable[[World], dict[str, GateResult]], cause: str
+) -> None:
+    """A tick now still runs and a tick one second later rolls back with ``cause`` in its
+    reason, ``verdicts(world)`` giving the gate results of each tick."""
+    assert world.tick(verdicts(world)).state is State.RUNNING
+    world.wait(timedelta(seconds=1))
+    decision = world.tick(verdicts(world))
+    assert decision.state is State.ROLLING_BACK
+    assert decision.progress.rollback is not None
+    assert cause in decision.progress.rollback.cause
 
 
 # --- starting -------------------------------------------------------------------------------
@@ -455,13 +470,8 @@ def test_after_a_promote_the_progress_deadline_runs_from_the_promotion() -> None
     world.wait(timedelta(hours=20))
     world.tick(commands=[command("promote")])
     world.wait(timedelta(hours=12))
-    holding = step_gates(world, Verdict.PASS, queue_timeouts=Verdict.PENDING)
-    assert world.tick(holding).state is State.RUNNING
-    world.wait(timedelta(seconds=1))
-    decision = world.tick(step_gates(world, Verdict.PASS, queue_timeouts=Verdict.PENDING))
-    assert decision.state is State.ROLLING_BACK
-    assert decision.progress.rollback is not None
-    assert "queue_timeouts" in decision.progress.rollback.cause
+    holding = partial(step_gates, verdict=Verdict.PASS, queue_timeouts=Verdict.PENDING)
+    assert_deadline_is_now(world, holding, "queue_timeouts")
 
 
 # --- pause and resume -----------------------------------------------------------------------
@@ -613,13 +623,8 @@ def test_a_step_whose_gates_do_not_pass_within_the_deadline_after_its_bake_rolls
     """Bake 48h + deadline 12h: still holding at 60h, rolled back just after, naming the gate."""
     world = at_first_canary()
     world.wait(timedelta(hours=60))
-    failing = step_gates(world, Verdict.PASS, queue_timeouts=Verdict.FAIL)
-    assert world.tick(failing).state is State.RUNNING
-    world.wait(timedelta(seconds=1))
-    decision = world.tick(step_gates(world, Verdict.PASS, queue_timeouts=Verdict.FAIL))
-    assert decision.state is State.ROLLING_BACK
-    assert decision.progress.rollback is not None
-    assert "queue_timeouts" in decision.progress.rollback.cause
+    failing = partial(step_gates, verdict=Verdict.PASS, queue_timeouts=Verdict.FAIL)
+    assert_deadline_is_now(world, failing, "queue_timeouts")
 
 
 def test_a_router_that_never_confirms_the_weight_within_the_deadline_rolls_back() -> None:
@@ -631,13 +636,8 @@ def test_a_router_that_never_confirms_the_weight_within_the_deadline_rolls_back(
     entered = world.progress.step_entered_at
     assert (world.progress.step_index, entered) == (2, world.now)
     world.wait(timedelta(hours=12))
-    assert world.tick(world.passing()).state is State.RUNNING
-    world.wait(timedelta(seconds=1))
-    decision = world.tick(world.passing())
+    assert_deadline_is_now(world, World.passing, "did not confirm 25% within 12h")
     assert world.router_weight == 5
-    assert decision.state is State.ROLLING_BACK
-    assert decision.progress.rollback is not None
-    assert "did not confirm 25% within 12h" in decision.progress.rollback.cause
 
 
 def test_a_deadline_rollback_names_a_gate_whose_last_pass_predates_the_step() -> None:
@@ -668,12 +668,7 @@ def test_without_a_deadline_a_failing_step_holds_forever() -> None:
 
 
 def _terminal_worlds() -> dict[str, World]:
-    completed = World(small_plan())
-    for _ in range(20):
-        if completed.state is State.COMPLETED:
-            break
-        completed.wait(timedelta(hours=3))
-        completed.happy_tick()
+    completed = World(small_plan()).run_to_completion(timedelta(hours=3), 20)
     aborted, failed = World(example_plan()), World(example_plan())
     aborted.tick(commands=[command("abort")])
     failed.tick(preflight_error="no")
@@ -719,12 +714,7 @@ def test_refusal_explains_that_a_rolled_back_rollout_has_ended(kind: str) -> Non
 
 def test_the_example_plan_runs_to_completed_at_weight_100() -> None:
     """Shadow, 5%, 25%, promotion, full and a 7-day steady watch end ``completed`` at 100%."""
-    world = World(example_plan())
-    for _ in range(40):
-        if world.state is State.COMPLETED:
-            break
-        world.wait(timedelta(hours=12))
-        world.happy_tick()
+    world = World(example_plan()).run_to_completion(timedelta(hours=12), 40)
     assert world.state is State.COMPLETED
     assert world.router_weight == 100
     assert [w for _, w in weights_set(world.actions)] == [0, 5, 25, 25, 100, 100]
@@ -929,6 +919,22 @@ def sampled_world(
     return World(plan_of(data)).reach(2)
 
 
+def short_after_the_bake(**rules: object) -> World:
+    """A sampled world with a 1h extension whose 2h bake ended with 120 of the 500 samples
+    ``fast`` needs (the step is extended from here); gates in ``rules`` as in
+    :func:`sampled_world`."""
+    world = sampled_world(max_extension="1h", **rules)
+    world.wait(timedelta(hours=2))
+    world.tick(sampled(world, 120))
+    return world
+
+
+def state_after(world: World, delta: timedelta, fast: int = 120) -> State:
+    """The state of a tick after ``delta`` more, ``fast`` resting on ``fast`` samples."""
+    world.wait(delta)
+    return world.tick(sampled(world, fast)).state
+
+
 def sampled(
     world: World, fast: int | None, verdict: Verdict = Verdict.PASS
 ) -> dict[str, GateResult]:
@@ -999,9 +1005,7 @@ def test_a_pass_from_before_the_step_was_reached_counts_no_samples() -> None:
 def test_a_step_still_short_after_its_extension_holds_and_resumes_when_samples_arrive() -> None:
     """Extension 1h: at 3h of bake still short, the rollout pauses (the bake clock stops) with
     a warning; the samples arriving days later lift the pause and complete the step."""
-    world = sampled_world(max_extension="1h")
-    world.wait(timedelta(hours=2))
-    world.tick(sampled(world, 120))
+    world = short_after_the_bake()
     world.wait(timedelta(minutes=59))
     assert world.tick(sampled(world, 300)).state is State.RUNNING
     world.wait(MINUTE)
@@ -1021,9 +1025,7 @@ def test_a_step_still_short_after_its_extension_holds_and_resumes_when_samples_a
 
 def test_a_step_still_short_after_its_extension_rolls_back_when_its_gate_says_so() -> None:
     """``on_no_data: rollback`` on the short gate: at the end of the extension, roll back."""
-    world = sampled_world(max_extension="1h", fast="rollback")
-    world.wait(timedelta(hours=2))
-    world.tick(sampled(world, 120))
+    world = short_after_the_bake(fast="rollback")
     world.wait(timedelta(hours=1))
     rollback = world.tick(sampled(world, 120)).progress.rollback
     assert rollback is not None and (rollback.kind, rollback.gate) == ("no_data", "fast")
@@ -1033,24 +1035,17 @@ def test_a_step_still_short_after_its_extension_rolls_back_when_its_gate_says_so
 def test_rollback_after_on_short_samples_counts_from_the_end_of_the_extension() -> None:
     """``rollback_after: 2h`` on the short gate: held from the end of the extension (3h of
     bake) and rolled back two hours later (the hold included)."""
-    world = sampled_world(max_extension="1h", fast={"rollback_after": "2h"})
-    world.wait(timedelta(hours=2))
-    world.tick(sampled(world, 120))
-    world.wait(timedelta(hours=1))
-    assert world.tick(sampled(world, 120)).state is State.PAUSED
-    world.wait(timedelta(hours=2) - MINUTE)
-    assert world.tick(sampled(world, 120)).state is State.PAUSED
-    world.wait(MINUTE)
-    assert world.tick(sampled(world, 120)).state is State.ROLLING_BACK
+    world = short_after_the_bake(fast={"rollback_after": "2h"})
+    assert state_after(world, timedelta(hours=1)) is State.PAUSED
+    assert state_after(world, timedelta(hours=2) - MINUTE) is State.PAUSED
+    assert state_after(world, MINUTE) is State.ROLLING_BACK
 
 
 def test_the_extension_defaults_to_the_bake() -> None:
     """Without ``max_extension`` a 2h bake waits up to 2h more for samples."""
     world = sampled_world()
-    world.wait(timedelta(hours=4) - MINUTE)
-    assert world.tick(sampled(world, 120)).state is State.RUNNING
-    world.wait(MINUTE)
-    assert world.tick(sampled(world, 120)).state is State.PAUSED
+    assert state_after(world, timedelta(hours=4) - MINUTE) is State.RUNNING
+    assert state_after(world, MINUTE) is State.PAUSED
 
 
 def test_a_promoted_step_still_needs_its_samples() -> None:
@@ -1067,9 +1062,7 @@ def test_a_promoted_step_still_needs_its_samples() -> None:
 def test_the_progress_deadline_of_an_extended_step_runs_from_the_end_of_its_extension() -> None:
     """Bake 2h, extension 1h, deadline 6h: a gate that fails after the samples came rolls the
     step back once 9h of bake have passed, not at 8h."""
-    world = sampled_world(max_extension="1h")
-    world.wait(timedelta(hours=2))
-    world.tick(sampled(world, 120))
+    world = short_after_the_bake()
     world.wait(timedelta(hours=6, minutes=30))
     assert world.tick(sampled(world, 600, Verdict.FAIL)).state is State.RUNNING
     world.wait(timedelta(minutes=31))

@@ -12,6 +12,7 @@ from typing import Any
 
 import pytest
 import yaml
+from _pytest.mark import ParameterSet
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -182,8 +183,22 @@ def _set(*path: Any, value: Any) -> Mutation:
     return mutate
 
 
-def _insert_step(index: int, step: dict[str, Any]) -> Mutation:
-    return lambda data: data["steps"].insert(index, step)
+def _bad(
+    field: str, value: Any, expected: str, id: str, *, reported_at: str | None = None
+) -> ParameterSet:
+    """A case of the table below: ``value`` written at ``field`` is one problem reported at
+    ``reported_at`` (the same field unless given) whose message holds ``expected``."""
+    path = [int(key) if key.isdigit() else key for key in re.findall(r"[^.\[\]]+", field)]
+    return pytest.param(_set(*path, value=value), reported_at or field, expected, id=id)
+
+
+def _misplaced(
+    index: int, step: dict[str, Any], expected: str, id: str, *, reported_at: str | None = None
+) -> ParameterSet:
+    """A case of the table below: ``step`` inserted at ``index`` is one problem reported at
+    ``reported_at`` (the inserted step's kind unless given) whose message holds ``expected``."""
+    field = reported_at or f"steps[{index}].kind"
+    return pytest.param(lambda data: data["steps"].insert(index, step), field, expected, id=id)
 
 
 def _append_trigger(name: str) -> Mutation:
@@ -191,133 +206,68 @@ def _append_trigger(name: str) -> Mutation:
 
 
 BAD_FIELDS = [
-    pytest.param(_set("stesp", value=[]), "stesp", "unknown key", id="unknown-top-level-key"),
-    pytest.param(
-        _set("router", "sockte", value="/run/x"), "router.sockte", "unknown key", id="router.sockte"
-    ),
-    pytest.param(
-        _set("gates", "queue_timeouts", "maxx", value=1),
-        "gates.queue_timeouts.maxx",
-        "unknown key",
-        id="unknown-gate-key",
-    ),
-    pytest.param(
-        _set("steps", 1, "baek", value="1h"), "steps[1].baek", "unknown key", id="unknown-step-key"
-    ),
-    pytest.param(_set("steps", 1, "weight", value=0), "steps[1].weight", "got 0", id="weight-0"),
-    pytest.param(
-        _set("steps", 1, "weight", value=100), "steps[1].weight", "got 100", id="weight-100"
-    ),
-    pytest.param(
-        _set("steps", 1, "weight", value=150), "steps[1].weight", "got 150", id="weight-150"
-    ),
-    pytest.param(
-        _set("steps", 1, "weight", value=-1), "steps[1].weight", "got -1", id="weight-neg"
-    ),
-    pytest.param(
-        _set("steps", 1, "weight", value="5"), "steps[1].weight", "valid integer", id="weight-text"
-    ),
-    pytest.param(
-        _set("steps", 1, "weight", value=True), "steps[1].weight", "valid integer", id="weight-bool"
-    ),
-    pytest.param(
-        _set("steps", 0, "weight", value=5), "steps[0].weight", "got 5", id="shadow-weight-5"
-    ),
-    pytest.param(
-        _set("steps", 4, "weight", value=50), "steps[4].weight", "got 50", id="full-weight-50"
-    ),
-    pytest.param(
-        _set("steps", 2, "weight", value=5),
+    _bad("stesp", [], "unknown key", "unknown-top-level-key"),
+    _bad("router.sockte", "/run/x", "unknown key", "router.sockte"),
+    _bad("gates.queue_timeouts.maxx", 1, "unknown key", "unknown-gate-key"),
+    _bad("steps[1].baek", "1h", "unknown key", "unknown-step-key"),
+    _bad("steps[1].weight", 0, "got 0", "weight-0"),
+    _bad("steps[1].weight", 100, "got 100", "weight-100"),
+    _bad("steps[1].weight", 150, "got 150", "weight-150"),
+    _bad("steps[1].weight", -1, "got -1", "weight-neg"),
+    _bad("steps[1].weight", "5", "valid integer", "weight-text"),
+    _bad("steps[1].weight", True, "valid integer", "weight-bool"),
+    _bad("steps[0].weight", 5, "got 5", "shadow-weight-5"),
+    _bad("steps[4].weight", 50, "got 50", "full-weight-50"),
+    _bad(
         "steps[2].weight",
+        5,
         "weights must increase from step to step: 5 after 5",
-        id="weight-repeated",
+        "weight-repeated",
     ),
-    pytest.param(
-        _set("steps", 2, "weight", value=3),
+    _bad(
         "steps[2].weight",
+        3,
         "weights must increase from step to step: 3 after 5",
-        id="weight-decreasing",
+        "weight-decreasing",
     ),
-    pytest.param(
-        _insert_step(4, {"kind": "canary", "weight": 20, "bake": "1h"}),
-        "steps[4].weight",
+    _misplaced(
+        4,
+        {"kind": "canary", "weight": 20, "bake": "1h"},
         "20 after 25",
-        id="weight-decreasing-after-pause",
+        "weight-decreasing-after-pause",
+        reported_at="steps[4].weight",
     ),
-    pytest.param(
-        _set("steps", 1, "bake", value="forever"), "steps[1].bake", "'forever'", id="bake-forever"
-    ),
-    pytest.param(
-        _set("steps", 1, "bake", value=48),
+    _bad("steps[1].bake", "forever", "'forever'", "bake-forever"),
+    _bad(
         "steps[1].bake",
+        48,
         "expected a duration such as '30s', '90m' or '48h', got 48",
-        id="bake-bare-number",
+        "bake-bare-number",
     ),
-    pytest.param(
-        _set("limits", "progress_deadline", value="12 hours"),
-        "limits.progress_deadline",
-        "'12 hours'",
-        id="deadline-unparsable",
-    ),
-    pytest.param(
-        _set("gates", "queue_timeouts", "max", value="1%"),
-        "gates.queue_timeouts.max",
-        "valid number, got '1%'",
-        id="threshold-text",
-    ),
-    pytest.param(
-        _set("gates", "queue_timeouts", "max", value=True),
-        "gates.queue_timeouts.max",
-        "valid number, got True",
-        id="threshold-bool",
-    ),
-    pytest.param(
-        _set("gates", "canary_oom", "max_events", value=False),
-        "gates.canary_oom.max_events",
-        "valid integer, got False",
-        id="max-events-bool",
-    ),
-    pytest.param(
-        _set("gates", "e2e_latency_p95", "target_seconds", value="14s"),
-        "gates.e2e_latency_p95.target_seconds",
-        "valid number",
-        id="latency-target-text",
-    ),
-    pytest.param(
-        _set("limits", "max_inconclusive", value=True),
-        "limits.max_inconclusive",
-        "valid integer",
-        id="limit-bool",
-    ),
-    pytest.param(
-        _insert_step(5, {"kind": "canary", "weight": 50, "bake": "1h"}),
-        "steps[5].kind",
+    _bad("limits.progress_deadline", "12 hours", "'12 hours'", "deadline-unparsable"),
+    _bad("gates.queue_timeouts.max", "1%", "valid number, got '1%'", "threshold-text"),
+    _bad("gates.queue_timeouts.max", True, "valid number, got True", "threshold-bool"),
+    _bad("gates.canary_oom.max_events", False, "valid integer, got False", "max-events-bool"),
+    _bad("gates.e2e_latency_p95.target_seconds", "14s", "valid number", "latency-target-text"),
+    _bad("limits.max_inconclusive", True, "valid integer", "limit-bool"),
+    _misplaced(
+        5,
+        {"kind": "canary", "weight": 50, "bake": "1h"},
         "only 'steady' may follow 'full', got 'canary'",
-        id="canary-after-full",
+        "canary-after-full",
     ),
-    pytest.param(
-        _insert_step(5, {"kind": "pause"}),
-        "steps[5].kind",
-        "only 'steady' may follow 'full', got 'pause'",
-        id="pause-after-full",
+    _misplaced(
+        5, {"kind": "pause"}, "only 'steady' may follow 'full', got 'pause'", "pause-after-full"
     ),
-    pytest.param(
-        _insert_step(4, {"kind": "steady"}),
-        "steps[4].kind",
-        "'steady' must come after a 'full' step",
-        id="steady-before-full",
+    _misplaced(
+        4, {"kind": "steady"}, "'steady' must come after a 'full' step", "steady-before-full"
     ),
-    pytest.param(
-        _insert_step(0, {"kind": "pause"}),
-        "steps[0].kind",
-        "a plan cannot start with 'pause'",
-        id="pause-first",
-    ),
-    pytest.param(
-        _insert_step(3, {"kind": "shadow", "mirror": False}),
-        "steps[3].kind",
+    _misplaced(0, {"kind": "pause"}, "a plan cannot start with 'pause'", "pause-first"),
+    _misplaced(
+        3,
+        {"kind": "shadow", "mirror": False},
         "'shadow' must come before any step that shifts traffic",
-        id="shadow-after-canary",
+        "shadow-after-canary",
     ),
     pytest.param(
         _append_trigger("no_such_gate"),
@@ -325,94 +275,78 @@ BAD_FIELDS = [
         "gate 'no_such_gate' is not defined under 'gates'",
         id="undefined-trigger",
     ),
-    pytest.param(
-        _set("steps", 1, "gates", value=["queue_timeouts", "latency"]),
-        "steps[1].gates[1]",
+    _bad(
+        "steps[1].gates",
+        ["queue_timeouts", "latency"],
         "gate 'latency' is not defined under 'gates'",
-        id="undefined-step-gate",
+        "undefined-step-gate",
+        reported_at="steps[1].gates[1]",
     ),
-    pytest.param(
-        _set("steps", 1, value={"kind": "blue", "weight": 5}),
+    _bad(
         "steps[1]",
+        {"kind": "blue", "weight": 5},
         "unknown kind 'blue'; expected one of 'shadow', 'canary', 'pause', 'full', 'steady'",
-        id="unknown-step-kind",
+        "unknown-step-kind",
     ),
-    pytest.param(
-        _set("steps", 1, value={"weight": 5, "bake": "48h"}),
+    _bad(
         "steps[1]",
+        {"weight": 5, "bake": "48h"},
         "needs 'kind' to say which kind it is",
-        id="missing-step-kind",
+        "missing-step-kind",
     ),
-    pytest.param(
-        _set("gates", "odd", value={"kind": "vibes"}),
-        "gates.odd",
-        "unknown kind 'vibes'",
-        id="unknown-gate-kind",
-    ),
-    pytest.param(
-        _set("router", "driver", value="envoy"), "router", "unknown driver 'envoy'", id="driver"
-    ),
+    _bad("gates.odd", {"kind": "vibes"}, "unknown kind 'vibes'", "unknown-gate-kind"),
+    _bad("router.driver", "envoy", "unknown driver 'envoy'", "driver", reported_at="router"),
     pytest.param(lambda d: d.pop("service"), "service", "required, but missing", id="missing-key"),
-    pytest.param(
-        _set("gates", "queue_timeouts", "min", value=0.5),
-        "gates.queue_timeouts",
+    _bad(
+        "gates.queue_timeouts.min",
+        0.5,
         "'min' is greater than 'max'",
-        id="threshold-min-over-max",
+        "threshold-min-over-max",
+        reported_at="gates.queue_timeouts",
     ),
-    pytest.param(
-        _set("trigger_interval", value="1m"),
-        "trigger_interval",
-        "must not be longer than 'interval'",
-        id="trigger-interval-too-long",
+    _bad(
+        "trigger_interval", "1m", "must not be longer than 'interval'", "trigger-interval-too-long"
     ),
-    pytest.param(
-        _set("trigger_interval", value="0s"),
-        "trigger_interval",
-        "must be longer than 0s",
-        id="trigger-interval-zero",
-    ),
-    pytest.param(
-        _set("gates", "queue_timeouts", "on_no_data", value="sometimes"),
+    _bad("trigger_interval", "0s", "must be longer than 0s", "trigger-interval-zero"),
+    _bad(
         "gates.queue_timeouts.on_no_data",
+        "sometimes",
         "expected 'hold', 'rollback' or {rollback_after: DURATION}",
-        id="on-no-data-unknown",
+        "on-no-data-unknown",
     ),
-    pytest.param(
-        _set("gates", "queue_timeouts", "on_no_data", value={"rollback_after": "0s"}),
+    _bad(
         "gates.queue_timeouts.on_no_data",
+        {"rollback_after": "0s"},
         "longer than 0s",
-        id="rollback-after-zero",
+        "rollback-after-zero",
     ),
-    pytest.param(
-        _set("gates", "queue_timeouts", "on_no_data", value={"rollback_after": "soon"}),
+    _bad(
         "gates.queue_timeouts.on_no_data",
+        {"rollback_after": "soon"},
         "got 'soon'",
-        id="rollback-after-unparsable",
+        "rollback-after-unparsable",
     ),
-    pytest.param(
-        _set("steps", 1, "min_samples", value={"canary_oom": 5}),
-        "steps[1].min_samples.canary_oom",
+    _bad(
+        "steps[1].min_samples",
+        {"canary_oom": 5},
         "'canary_oom' is not one of this step's gates",
-        id="min-samples-of-another-gate",
+        "min-samples-of-another-gate",
+        reported_at="steps[1].min_samples.canary_oom",
     ),
-    pytest.param(
-        _set("steps", 1, "min_samples", value={"queue_timeouts": 0}),
-        "steps[1].min_samples.queue_timeouts",
+    _bad(
+        "steps[1].min_samples",
+        {"queue_timeouts": 0},
         "greater than or equal to 1",
-        id="min-samples-zero",
+        "min-samples-zero",
+        reported_at="steps[1].min_samples.queue_timeouts",
     ),
-    pytest.param(
-        _set("steps", 3, "min_samples", value={"queue_timeouts": 500}),
+    _bad(
         "steps[3].min_samples",
+        {"queue_timeouts": 500},
         "a pause step judges no gates",
-        id="min-samples-on-a-pause",
+        "min-samples-on-a-pause",
     ),
-    pytest.param(
-        _set("steps", 1, "max_extension", value="a while"),
-        "steps[1].max_extension",
-        "got 'a while'",
-        id="max-extension-unparsable",
-    ),
+    _bad("steps[1].max_extension", "a while", "got 'a while'", "max-extension-unparsable"),
 ]
 
 

@@ -1,5 +1,5 @@
 """The daemon tests' shared fixtures: the test's own connection to the daemons' Postgres
-database, and real ``rolloutd run`` processes on it.
+database, real ``rolloutd run`` processes on it, and a SQLite database file for a daemon.
 
 A test module sets ``LEASE_TTL_SECONDS`` to run its daemons with another lease TTL than the
 helpers' 3 s.
@@ -12,6 +12,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 import pytest
+
+from rolloutd.store.db import upgrade
 
 from . import helpers
 from .helpers import Daemons, Db, running_daemons
@@ -37,3 +39,11 @@ def daemons(
     ttl = float(getattr(request.module, "LEASE_TTL_SECONDS", helpers.LEASE_TTL_SECONDS))
     with running_daemons(pg_store.url, tmp_path, ttl=ttl) as pool:
         yield pool
+
+
+@pytest.fixture
+def sqlite_url(tmp_path: Path) -> str:
+    """A migrated SQLite database file of this test."""
+    url = f"sqlite:///{tmp_path / 'rolloutd.db'}"
+    upgrade(url)
+    return url

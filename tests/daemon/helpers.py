@@ -2,7 +2,8 @@
 
 :class:`Daemons` spawns daemons (and kills every one of them at teardown, stopped ones
 included), :class:`Workspace` holds one rollout's plan, router file and metrics file,
-and :class:`Db` reads the audit trail a test asserts on. Nothing here sleeps for a fixed
+and :class:`Db` reads the audit trail a test asserts on (:class:`Records`, which the e2e
+stack reads with too). Nothing here sleeps for a fixed
 time: :func:`wait_until` polls with a deadline.
 
 The daemons run with a 3 s lease TTL (production: 15 s) so that takeovers happen in test
@@ -35,6 +36,7 @@ from sqlalchemy.orm import Session
 from rolloutd.operations import start_rollout, submit_command
 from rolloutd.planfile import load_plan
 from rolloutd.store.db import make_engine, session_factory, transaction
+from tests.plans import file_plan
 
 LEASE_TTL_SECONDS = 3.0
 LOOP_SECONDS = 1.0  # the daemon's main-loop period: how often a standby tries to lead
@@ -282,6 +284,14 @@ class Daemons:
         self.spawned.append(daemon)
         return daemon
 
+    def leader_and_standby(self) -> tuple[Daemon, Daemon]:
+        """Instance ``a``, once it leads, and instance ``b``, once it stands by."""
+        leader = self.spawn("a")
+        leader.wait_role("leader", WAIT)
+        standby = self.spawn("b")
+        standby.wait_role("standby", WAIT)
+        return leader, standby
+
     def close(self) -> None:
         """Kill every daemon still running, then print their logs' tails (shown on failure)."""
         for daemon in self.spawned:
@@ -373,28 +383,28 @@ class Workspace:
         *,
         interval: str = "200ms",
         trigger_interval: str = "200ms",
+        **fields: Any,
     ) -> Path:
-        """Write a plan over this workspace's router and metrics files (service = name)."""
-        plan = {
-            "name": self.name,
-            "service": self.name,
-            "environment": "staging",
-            "pools": {
-                "stable": {"replicas": [{"name": "s0", "url": "http://127.0.0.1:9"}]},
-                "canary": {"replicas": [{"name": "c0", "url": "http://127.0.0.1:9"}]},
-            },
-            "router": {"driver": "file", "path": str(self.router_path)},
-            "metrics": {"source": "file", "path": str(self.metrics_path)},
-            "artefacts": {"stable": "build-old", "canary": "build-new"},
-            "interval": interval,
-            "trigger_interval": trigger_interval,
-            "gates": {
-                "errors": {"kind": "threshold", "signal": "error_rate", "max": 0.01},
-                "oom": {"kind": "events", "signal": "oom_events"},
-            },
-            "steps": steps,
-            "rollback": {"triggers": ["oom"]},
+        """Write a plan of ``steps`` over this workspace's router and metrics files (service =
+        name): an error-rate gate, and OOMs roll back; ``fields`` as in ``file_plan``."""
+        gates = {
+            "errors": {"kind": "threshold", "signal": "error_rate", "max": 0.01},
+            "oom": {"kind": "events", "signal": "oom_events"},
         }
+        plan = file_plan(
+            self.name,
+            self.router_path,
+            self.metrics_path,
+            **{
+                "service": self.name,
+                "interval": interval,
+                "trigger_interval": trigger_interval,
+                "gates": gates,
+                "steps": steps,
+                "triggers": ("oom",),
+                **fields,
+            },
+        )
         self.plan_path.write_text(yaml.safe_dump(plan, sort_keys=False))
         if not self.metrics_path.exists():
             self.write_metrics()
@@ -430,13 +440,55 @@ class Workspace:
 # -- the database -----------------------------------------------------------------------------
 
 
-class Db:
-    """The test's own connection to the daemons' database."""
+def start_rollout_in(
+    db: Db, root: Path, name: str, steps: list[dict[str, Any]], **intervals: str
+) -> tuple[Workspace, int]:
+    """A workspace ``name`` under ``root`` with a plan of ``steps`` (and ``intervals``), and
+    the id of its rollout, started."""
+    workspace = Workspace(root, name)
+    workspace.write_plan(steps, **intervals)
+    return workspace, db.start_rollout(workspace.plan_path)
+
+
+class Records:
+    """Reading back what a daemon did, over a connection of the test's own."""
 
     def __init__(self, url: str) -> None:
         self.url = url
         self.engine = make_engine(url)
         self.sessions = session_factory(self.engine)
+
+    def rows(self, sql: str, **params: Any) -> list[dict[str, Any]]:
+        """Run a query; rows as dicts."""
+        with self.engine.connect() as connection:
+            return [dict(row._mapping) for row in connection.execute(text(sql), params)]
+
+    def scalar(self, sql: str, **params: Any) -> Any:
+        """Run a query; its one value."""
+        with self.engine.connect() as connection:
+            return connection.execute(text(sql), params).scalar()
+
+    def state(self, rollout_id: int) -> str:
+        """The rollout's state, as the daemon last wrote it."""
+        return str(self.scalar("SELECT state FROM rollouts WHERE id = :id", id=rollout_id))
+
+    def events(self, rollout_id: int | None = None) -> list[dict[str, Any]]:
+        """A rollout's events (or the daemon-level ones, for None), oldest first."""
+        where = "rollout_id IS NULL" if rollout_id is None else "rollout_id = :id"
+        return self.rows(
+            "SELECT id, rollout_id, at, kind, actor, detail, data"
+            f" FROM events WHERE {where} ORDER BY id",
+            id=rollout_id,
+        )
+
+    def event_kinds(self, rollout_id: int | None = None) -> list[str]:
+        """The kinds of a rollout's events (or of the daemon-level ones), oldest first."""
+        return [event["kind"] for event in self.events(rollout_id)]
+
+
+class Db(Records):
+    """The test's own connection to the daemons' database: what they did, and the writes
+    an operator makes."""
 
     @contextmanager
     def session(self) -> Iterator[Session]:
@@ -458,32 +510,10 @@ class Db:
                 session, rollout_id, kind, actor="tester", reason=reason, now=datetime.now(UTC)
             )
 
-    def state(self, rollout_id: int) -> str:
-        """The rollout's state, as the daemon last wrote it."""
-        return str(self.scalar("SELECT state FROM rollouts WHERE id = :id", id=rollout_id))
-
-    def rows(self, sql: str, **params: Any) -> list[dict[str, Any]]:
-        """Run a query; rows as dicts."""
-        with self.engine.connect() as connection:
-            return [dict(row._mapping) for row in connection.execute(text(sql), params)]
-
-    def scalar(self, sql: str, **params: Any) -> Any:
-        """Run a query; its one value."""
-        with self.engine.connect() as connection:
-            return connection.execute(text(sql), params).scalar()
-
     def execute(self, sql: str, **params: Any) -> None:
         """Run a statement and commit."""
         with self.engine.begin() as connection:
             connection.execute(text(sql), params)
-
-    def events(self, rollout_id: int | None = None) -> list[dict[str, Any]]:
-        """A rollout's events (or the daemon-level ones, for None), oldest first."""
-        where = "rollout_id IS NULL" if rollout_id is None else "rollout_id = :id"
-        return self.rows(
-            f"SELECT id, rollout_id, at, kind, actor, detail FROM events WHERE {where} ORDER BY id",
-            id=rollout_id,
-        )
 
     def pending_actions(self, rollout_id: int) -> int:
         """How many of the rollout's actions are written but not yet performed."""

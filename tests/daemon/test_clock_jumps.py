@@ -35,6 +35,7 @@ from rolloutd.routers.base import MemoryRouter
 from rolloutd.settings import Settings
 from rolloutd.store import queries
 from tests.daemon.helpers import WAIT, assert_within, wait_until
+from tests.plans import HOURLY_STEPS, memory_plan
 from tests.twins import Twins
 
 if TYPE_CHECKING:
@@ -157,27 +158,15 @@ class Running:
 
     def start(self) -> int:
         """Start a rollout: 5% and 25% for an hour each, then everything."""
-        plan = {
-            "name": "atlas-bake",
-            "service": "atlas",
-            "environment": "staging",
-            "pools": {
-                "stable": {"replicas": [{"name": "s0", "url": "http://127.0.0.1:9"}]},
-                "canary": {"replicas": [{"name": "c0", "url": "http://127.0.0.1:9"}]},
-            },
-            "router": {"driver": "memory"},
-            "metrics": {"source": "memory"},
-            "artefacts": {"stable": "a", "canary": "b"},
-            "interval": "200ms",
-            "trigger_interval": "200ms",
-            "gates": {"oom": {"kind": "events", "signal": "oom_events"}},
-            "steps": [
-                {"kind": "canary", "weight": 5, "bake": "1h"},
-                {"kind": "canary", "weight": 25, "bake": "1h"},
-                {"kind": "full"},
-            ],
-            "rollback": {"triggers": ["oom"]},
-        }
+        plan = memory_plan(
+            name="atlas-bake",
+            service="atlas",
+            gate="",
+            interval="200ms",
+            trigger_interval="200ms",
+            steps=HOURLY_STEPS,
+            artefacts={"stable": "a", "canary": "b"},
+        )
         loaded = parse_plan(yaml.safe_dump(plan), "plan.yaml")
         with self.store.sessions.begin() as session:
             return start_rollout(session, loaded, actor="alice", now=self.host.wall())

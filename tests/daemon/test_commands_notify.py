@@ -32,6 +32,7 @@ from .helpers import (
     Workspace,
     canary,
     daemon_env,
+    start_rollout_in,
     wait_until,
 )
 
@@ -97,7 +98,7 @@ def test_a_command_takes_effect_in_seconds_although_the_next_tick_is_a_minute_aw
     # Promoting the canary step: the woken tick verifies its weight...
     command = rolloutctl(db.url, "promote", str(rollout))["command"]
     latencies.append(command_latency(db, command, lambda: applied(db, command)))
-    assert "weight_verified" in [e["kind"] for e in db.events(rollout)]
+    assert "weight_verified" in db.event_kinds(rollout)
     # ...the next one ends its bake, and the rollout waits at the pause step...
     command = rolloutctl(db.url, "promote", str(rollout))["command"]
     latencies.append(
@@ -181,9 +182,9 @@ def test_the_daemon_reconnects_after_postgres_restarts_and_finishes_the_rollout(
     """A Postgres restart mid-bake costs the daemon nothing: it reconnects and finishes alone."""
     leader: Daemon = daemons.spawn("a")
     leader.wait_role("leader", WAIT)
-    workspace = Workspace(tmp_path, "restart")
-    workspace.write_plan([canary(5, "2s"), canary(25, "1s"), PAUSE, FULL])
-    rollout = db.start_rollout(workspace.plan_path)
+    workspace, rollout = start_rollout_in(
+        db, tmp_path, "restart", [canary(5, "2s"), canary(25, "1s"), PAUSE, FULL]
+    )
     wait_until(
         lambda: any(e["kind"] == "weight_verified" for e in db.events(rollout)),
         10,
@@ -202,6 +203,6 @@ def test_the_daemon_reconnects_after_postgres_restarts_and_finishes_the_rollout(
     leader.wait_role("leader", WAIT)
     # The restart was noticed (the command listener's connection broke), and survived.
     assert leader.logged("command listener reconnecting")
-    kinds = [e["kind"] for e in db.events(rollout)]
+    kinds = db.event_kinds(rollout)
     assert kinds.count("step_entered") == 4
     assert kinds.count("completed") == 1

@@ -36,6 +36,8 @@ from .helpers import (
     Workspace,
     assert_within,
     canary,
+    start_rollout_in,
+    wait_lease_renewed,
     wait_until,
 )
 
@@ -267,15 +269,15 @@ def test_an_action_left_pending_by_the_ending_tick_is_retried_when_the_fault_cle
     """The final alert of a rollout, which could not be marked done, is retried by the leader."""
     daemon = daemons.spawn("a")
     wait_until(lambda: daemon.logged("leading"), 10, "the daemon to lead")
-    workspace = Workspace(tmp_path, "ending")
-    workspace.write_plan([canary(5, "500ms"), FULL])
-    rollout = db.start_rollout(workspace.plan_path)
+    _, rollout = start_rollout_in(db, tmp_path, "ending", [canary(5, "500ms"), FULL])
     wait_until(lambda: db.state(rollout) == "completed", 15, "the rollout to complete")
     if db.pending_actions(rollout) != 1:  # the "completed" alert, refused by the outage
         pytest.fail(f"expected one pending alert, found {db.pending_actions(rollout)}")
-    # Give the leader a few main-loop turns with the fault still there (its job sync runs
-    # once a turn), then clear it.
-    time.sleep(2.5)
+    # Let the leader take a few main-loop turns with the fault still there (each renews the
+    # lease, then syncs the jobs): the alert stays pending. Then clear the fault.
+    for _ in range(3):
+        wait_lease_renewed(db)
+    assert db.pending_actions(rollout) == 1
     alert_outage()
 
     assert_within(

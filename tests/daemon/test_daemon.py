@@ -236,8 +236,11 @@ def test_the_lease_is_renewed_while_sigterm_waits_for_a_tick_longer_than_the_ttl
     drivers.sources["slow"] = Slower(7.0)
     slow = _start(store, "slow")
     assert measuring.wait(10), "the slow rollout never ticked"
+    with store.sessions() as session:
+        started_under = session.scalar(select(Lease.expires_at))
+    assert started_under is not None
     daemon.stopping.set()
-    time.sleep(6.0)  # past the lease the tick started under
+    _wait(lambda: datetime.now(UTC) > started_under, 10)  # that lease has run out
     with store.sessions() as session:
         expires = session.scalar(select(Lease.expires_at))
     assert expires is not None and expires > datetime.now(UTC)

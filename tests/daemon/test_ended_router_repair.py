@@ -18,9 +18,9 @@ from .helpers import (
     WAIT,
     Daemons,
     Db,
-    Workspace,
     assert_within,
     canary,
+    start_rollout_in,
     wait_until,
 )
 
@@ -31,17 +31,12 @@ def test_a_new_leader_repairs_a_late_write_to_a_rolled_back_rollouts_router(
     daemons: Daemons, db: Db, tmp_path: Path
 ) -> None:
     """After a takeover, a 30% written to a rolled-back rollout's router returns to 0% (drift)."""
-    old = daemons.spawn("a")
-    old.wait_role("leader", WAIT)
-    heir = daemons.spawn("b")
-    heir.wait_role("standby", WAIT)
-    workspace = Workspace(tmp_path, "one")
-    workspace.write_plan([canary(30, "1h", gates=())])
-    rollout = db.start_rollout(workspace.plan_path)
+    old, heir = daemons.leader_and_standby()
+    workspace, rollout = start_rollout_in(db, tmp_path, "one", [canary(30, "1h", gates=())])
     wait_until(lambda: workspace.router_weight() == 30, WAIT, "the leader to set 30%")
     workspace.write_metrics(oom_events=1)
     wait_until(
-        lambda: "rolled_back" in [e["kind"] for e in db.events(rollout)],
+        lambda: "rolled_back" in db.event_kinds(rollout),
         WAIT,
         "the rollout to end rolled back",
     )
@@ -55,4 +50,4 @@ def test_a_new_leader_repairs_a_late_write_to_a_rolled_back_rollouts_router(
     os.replace(tmp, workspace.router_path)
 
     assert_within(lambda: workspace.router_weight() == 0, WAIT, "the heir to restore 0%")
-    assert_within(lambda: "drift" in [e["kind"] for e in db.events(rollout)], WAIT, "a drift event")
+    assert_within(lambda: "drift" in db.event_kinds(rollout), WAIT, "a drift event")

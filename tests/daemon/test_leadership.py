@@ -29,9 +29,10 @@ from .helpers import (
     Daemons,
     Db,
     WaitTimeout,
-    Workspace,
     assert_within,
     canary,
+    start_rollout_in,
+    wait_lease_renewed,
     wait_until,
 )
 
@@ -40,12 +41,7 @@ pytestmark = pytest.mark.postgres
 
 def start_rollouts(db: Db, root: Path, names: list[str], steps: list[dict[str, Any]]) -> list[int]:
     """Start one rollout of ``steps`` per name, each with its own router and metrics files."""
-    ids = []
-    for name in names:
-        workspace = Workspace(root, name)
-        workspace.write_plan(steps)
-        ids.append(db.start_rollout(workspace.plan_path))
-    return ids
+    return [start_rollout_in(db, root, name, steps)[1] for name in names]
 
 
 def one_leader(first: Daemon, second: Daemon) -> tuple[Daemon, Daemon] | None:
@@ -62,6 +58,18 @@ def revisions(db: Db, ids: list[int]) -> dict[int, int]:
     """Each rollout's revision: it grows by one with every tick that wrote the rollout."""
     rows = db.rows("SELECT id, revision FROM rollouts WHERE id = ANY(:ids)", ids=ids)
     return {row["id"]: row["revision"] for row in rows}
+
+
+def three_ticking(db: Db, root: Path, steps: list[dict[str, Any]], revision: int) -> list[int]:
+    """Start rollouts one, two and three of ``steps``; return their ids once every one of
+    them has ticked up to ``revision``."""
+    ids = start_rollouts(db, root, ["one", "two", "three"], steps)
+    wait_until(
+        lambda: all(r >= revision for r in revisions(db, ids).values()),
+        15,
+        "the rollouts to tick",
+    )
+    return ids
 
 
 def test_two_daemons_elect_one_leader_and_only_the_leader_acts(
@@ -99,13 +107,10 @@ def test_standby_leads_within_the_ttl_after_the_leader_is_killed(
     daemons: Daemons, db: Db, tmp_path: Path
 ) -> None:
     """After kill -9 of the leader the standby leads within TTL + one loop, and finishes the job."""
-    old = daemons.spawn("a")
-    old.wait_role("leader", WAIT)
-    heir = daemons.spawn("b")
-    heir.wait_role("standby", WAIT)
-    workspace = Workspace(tmp_path, "one")
-    workspace.write_plan([canary(5, "1s"), canary(25, "1s"), PAUSE, FULL])
-    rollout = db.start_rollout(workspace.plan_path)
+    old, heir = daemons.leader_and_standby()
+    workspace, rollout = start_rollout_in(
+        db, tmp_path, "one", [canary(5, "1s"), canary(25, "1s"), PAUSE, FULL]
+    )
     wait_until(lambda: workspace.router_weight() == 5, WAIT, "the leader to set 5%")
     old_epoch = old.wait_role("leader", WAIT)["epoch"]
 
@@ -182,13 +187,8 @@ def test_a_leader_resumed_after_losing_its_lease_writes_nothing_and_steps_down(
 ) -> None:
     """A leader SIGSTOPped past its TTL and then SIGCONTed writes nothing and reports standby."""
     rng = random.Random(3)
-    old = daemons.spawn("a")
-    old.wait_role("leader", WAIT)
-    heir = daemons.spawn("b")
-    heir.wait_role("standby", WAIT)
-    names = ["one", "two", "three"]
-    ids = start_rollouts(db, tmp_path, names, [canary(5, "1s"), canary(25, "1h")])
-    wait_until(lambda: all(r >= 4 for r in revisions(db, ids).values()), 15, "the rollouts to tick")
+    old, heir = daemons.leader_and_standby()
+    ids = three_ticking(db, tmp_path, [canary(5, "1s"), canary(25, "1h")], revision=4)
     time.sleep(rng.uniform(0.0, 0.2))  # stop at a seeded point of the tick cycle
 
     pause_outside_transactions(old, db, rng)
@@ -206,7 +206,7 @@ def test_a_leader_resumed_after_losing_its_lease_writes_nothing_and_steps_down(
     # Stop the new leader too, by kill -9 so that nothing of it stays locked or in flight, just
     # after it renewed its lease. The lease stays live until it expires: until then nobody may
     # write, least of all the old leader.
-    lease_renewed(db)
+    wait_lease_renewed(db)
     heir.kill()
     lease = db.lease()
     assert lease is not None
@@ -251,12 +251,8 @@ def test_a_leader_frozen_inside_a_write_does_not_block_the_takeover(
 ) -> None:
     """A leader SIGSTOPped in the middle of a write transaction still loses the lease in time."""
     rng = random.Random(4)
-    old = daemons.spawn("a")
-    old.wait_role("leader", WAIT)
-    heir = daemons.spawn("b")
-    heir.wait_role("standby", WAIT)
-    ids = start_rollouts(db, tmp_path, ["one", "two", "three"], [canary(5, "1h")])
-    wait_until(lambda: all(r >= 2 for r in revisions(db, ids).values()), 15, "the rollouts to tick")
+    old, heir = daemons.leader_and_standby()
+    three_ticking(db, tmp_path, [canary(5, "1h")], revision=2)
 
     for _ in range(2000):
         old.pause()
@@ -297,17 +293,6 @@ def test_a_lease_too_short_to_act_on_is_refused_or_acted_on(
         assert "ROLLOUTD_LEASE_TTL_SECONDS" in daemon.log_tail()
 
 
-def lease_renewed(db: Db) -> None:
-    """Return just after the lease holder renewed its lease."""
-    renewed = db.scalar("SELECT renewed_at FROM leases")
-    wait_until(
-        lambda: db.scalar("SELECT renewed_at FROM leases") != renewed,
-        WAIT,
-        "the leader to renew its lease",
-        interval=0.01,
-    )
-
-
 def fifo_writer(path: Path) -> int | None:
     """A write end of the FIFO at ``path`` once somebody opens it to read, else None."""
     try:
@@ -323,15 +308,11 @@ def test_a_leader_frozen_mid_tick_does_not_touch_the_router_after_resuming(
     daemons: Daemons, db: Db, tmp_path: Path
 ) -> None:
     """A leader frozen between its router read-back and its drift check writes no weight later."""
-    old = daemons.spawn("a")
-    old.wait_role("leader", WAIT)
-    heir = daemons.spawn("b")
-    heir.wait_role("standby", WAIT)
-    workspace = Workspace(tmp_path, "one")
-    workspace.write_plan([canary(5, "3s", gates=()), canary(25, "1h", gates=())])
-    rollout = db.start_rollout(workspace.plan_path)
+    old, heir = daemons.leader_and_standby()
+    steps = [canary(5, "3s", gates=()), canary(25, "1h", gates=())]
+    workspace, rollout = start_rollout_in(db, tmp_path, "one", steps)
     wait_until(
-        lambda: "weight_verified" in [e["kind"] for e in db.events(rollout)],
+        lambda: "weight_verified" in db.event_kinds(rollout),
         WAIT,
         "the leader to verify 5%",
     )
@@ -368,7 +349,7 @@ def test_a_leader_frozen_mid_tick_does_not_touch_the_router_after_resuming(
     heir.wait_role("leader", TAKEOVER_BOUND + 5)
     wait_until(lambda: workspace.router_weight() == 25, WAIT, "the new leader to set 25%")
     wait_until(lambda: not db.pending_actions(rollout), WAIT, "the 25% action to be done")
-    lease_renewed(db)
+    wait_lease_renewed(db)
     heir.kill()
     journal = workspace.journal()
 

@@ -18,7 +18,7 @@ from sqlalchemy import text
 from rolloutd.store import lease
 from rolloutd.store.db import transaction
 
-from .helpers import WAIT, Daemons, Db
+from .helpers import WAIT, Daemons, Db, wait_lease_renewed
 
 pytestmark = pytest.mark.postgres
 
@@ -43,7 +43,7 @@ def test_a_leaders_own_write_held_for_three_lock_timeouts_does_not_demote_it(
     with transaction(db.sessions) as session:
         assert lease.hold_for_write(session, held, now=datetime.now(UTC))
         time.sleep(3 * LOCK_TIMEOUT_S)
-    time.sleep(1.0)
+    wait_lease_renewed(db)  # past the write: the leader has gone on since
     health = leader.health()
     assert health is not None and health[1]["role"] == "leader", leader.log_tail()
     assert health[1]["epoch"] == epoch
@@ -62,7 +62,7 @@ def test_a_renewal_that_waits_out_a_lock_timeout_retries_instead_of_standing_dow
     with db.engine.begin() as connection:
         connection.execute(text("SELECT 1 FROM leases WHERE name = 'leader' FOR UPDATE"))
         time.sleep(2.5)
-    time.sleep(1.0)
+    wait_lease_renewed(db)  # past the lock: the retried renewal got through
     health = leader.health()
     assert health is not None and health[1]["role"] == "leader", leader.log_tail()
     assert health[1]["epoch"] == epoch

@@ -13,18 +13,16 @@ from typing import TYPE_CHECKING
 
 import pytest
 
-from rolloutd.store.db import upgrade
-
 from .helpers import (
     LOOP_SECONDS,
     PAUSE,
     WAIT,
     Daemons,
     Db,
-    Workspace,
     canary,
     daemon_env,
     running_daemons,
+    start_rollout_in,
     wait_until,
 )
 
@@ -45,14 +43,6 @@ def pg_daemons(pg_store: StoreHandle, tmp_path: Path) -> Iterator[Daemons]:
 
 
 @pytest.fixture
-def sqlite_url(tmp_path: Path) -> str:
-    """A migrated SQLite database file of this test."""
-    url = f"sqlite:///{tmp_path / 'rolloutd.db'}"
-    upgrade(url)
-    return url
-
-
-@pytest.fixture
 def sqlite_daemons(sqlite_url: str, tmp_path: Path) -> Iterator[Daemons]:
     """Daemons on the SQLite database, all killed at teardown."""
     with running_daemons(sqlite_url, tmp_path) as pool:
@@ -69,9 +59,9 @@ def test_sigterm_exits_zero_and_hands_the_lease_over_at_once(
     leader.wait_role("leader", WAIT)
     standby = pg_daemons.spawn("b", ttl=HANDOVER_TTL_SECONDS)
     standby.wait_role("standby", WAIT)
-    workspace = Workspace(tmp_path, "busy")
-    workspace.write_plan([canary(5, "3s"), canary(25, "1h"), PAUSE])
-    rollout = db.start_rollout(workspace.plan_path)
+    workspace, rollout = start_rollout_in(
+        db, tmp_path, "busy", [canary(5, "3s"), canary(25, "1h"), PAUSE]
+    )
     wait_until(lambda: workspace.router_weight() == 5, 10, "the leader to be busy ticking")
 
     signalled = time.monotonic()
@@ -97,10 +87,7 @@ def test_sigterm_exits_zero_and_hands_the_lease_over_at_once(
 @pytest.mark.postgres
 def test_healthz_answers_200_with_the_role_instance_and_epoch(pg_daemons: Daemons) -> None:
     """/healthz answers 200 with leader (and its epoch) or standby; other paths are 404."""
-    leader = pg_daemons.spawn("a")
-    leader.wait_role("leader", WAIT)
-    standby = pg_daemons.spawn("b")
-    standby.wait_role("standby", WAIT)
+    leader, standby = pg_daemons.leader_and_standby()
 
     leader_answer, standby_answer = leader.health(), standby.health()
     assert leader_answer is not None

@@ -33,10 +33,10 @@ from .helpers import (
     WAIT,
     Daemons,
     Db,
-    Workspace,
     application_name,
     assert_within,
     canary,
+    start_rollout_in,
     wait_until,
 )
 from .test_commands_notify import COMMAND_DEADLINE, LEASE_TTL_SECONDS, applied, rolloutctl
@@ -91,11 +91,10 @@ def listener_of(daemon: Daemon) -> dict[str, Any] | None:
 
 def slow_rollout(db: Db, tmp_path: Path) -> int:
     """A running rollout whose next tick is a minute away: only a NOTIFY makes it act sooner."""
-    workspace = Workspace(tmp_path, "slow")
-    workspace.write_plan(
-        [canary(5, "1h", gates=()), PAUSE, FULL], interval="60s", trigger_interval="60s"
+    steps = [canary(5, "1h", gates=()), PAUSE, FULL]
+    _, rollout = start_rollout_in(
+        db, tmp_path, "slow", steps, interval="60s", trigger_interval="60s"
     )
-    rollout = db.start_rollout(workspace.plan_path)
     # The leader ticks a new rollout once when it finds it; after that, only every 60 s.
     wait_until(lambda: db.state(rollout) == "running", WAIT, "the rollout to start")
     return rollout

@@ -10,18 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from rolloutd.store.db import upgrade
 from rolloutd.store.models import Lease
 
 from .helpers import WAIT, Daemon, Db, daemon_env, wait_until
-
-
-@pytest.fixture
-def sqlite_url(tmp_path: Path) -> str:
-    """A migrated SQLite database file of this test."""
-    url = f"sqlite:///{tmp_path / 'rolloutd.db'}"
-    upgrade(url)
-    return url
 
 
 @pytest.fixture

@@ -167,24 +167,16 @@ def test_watchdog_interval_is_half_of_watchdog_usec(monkeypatch: pytest.MonkeyPa
     assert watchdog_interval() == 15.0
 
 
+@pytest.mark.parametrize(("pid_offset", "interval"), [(0, 15.0), (1, None)], ids=["ours", "other"])
 @pytest.mark.usefixtures("no_environment")
-def test_watchdog_interval_applies_when_watchdog_pid_is_ours(
-    monkeypatch: pytest.MonkeyPatch,
+def test_watchdog_interval_applies_only_when_watchdog_pid_is_ours(
+    pid_offset: int, interval: float | None, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """WATCHDOG_PID naming this process keeps the interval."""
+    """WATCHDOG_PID naming this process keeps the interval; variables inherited from a parent
+    that systemd watches (another process's pid) are not meant for us."""
     monkeypatch.setenv("WATCHDOG_USEC", "30000000")
-    monkeypatch.setenv("WATCHDOG_PID", str(os.getpid()))
-    assert watchdog_interval() == 15.0
-
-
-@pytest.mark.usefixtures("no_environment")
-def test_watchdog_interval_is_none_when_watchdog_pid_is_another_process(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    """Variables inherited from a parent that systemd watches are not meant for us."""
-    monkeypatch.setenv("WATCHDOG_USEC", "30000000")
-    monkeypatch.setenv("WATCHDOG_PID", str(os.getpid() + 1))
-    assert watchdog_interval() is None
+    monkeypatch.setenv("WATCHDOG_PID", str(os.getpid() + pid_offset))
+    assert watchdog_interval() == interval
 
 
 @pytest.mark.usefixtures("no_environment")

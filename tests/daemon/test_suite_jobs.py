@@ -12,7 +12,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import yaml
+
+from tests.plans import pools
 
 from .helpers import WAIT, Daemons, Db, Workspace, wait_until
 
@@ -119,37 +120,21 @@ def write_suite(path: Path) -> Path:
 def start_suite_rollout(db: Db, root: Path, stable: Engine, canary: Engine) -> int:
     """A rollout whose first step waits on the suite gate, against the two engines."""
     workspace = Workspace(root, "suite")
-    workspace.write_metrics()
-    plan = {
-        "name": "suite",
-        "service": "suite",
-        "environment": "staging",
-        "pools": {
-            "stable": {"replicas": [{"name": "s0", "url": stable.url}]},
-            "canary": {"replicas": [{"name": "c0", "url": canary.url}]},
-        },
-        "router": {"driver": "file", "path": str(workspace.router_path)},
-        "metrics": {"source": "file", "path": str(workspace.metrics_path)},
-        "artefacts": {"stable": "build-old", "canary": "build-new"},
-        "interval": "200ms",
-        "trigger_interval": "200ms",
-        "gates": {
-            "tool_args": {
-                "kind": "suite",
-                "suite": str(write_suite(root / "suite.jsonl")),
-                "rule": "no_regression",
-                "concurrency": CONCURRENCY,
-            },
-            "oom": {"kind": "events", "signal": "oom_events"},
-        },
-        "steps": [
+    suite = {
+        "kind": "suite",
+        "suite": str(write_suite(root / "suite.jsonl")),
+        "rule": "no_regression",
+        "concurrency": CONCURRENCY,
+    }
+    plan_path = workspace.write_plan(
+        [
             {"kind": "shadow", "mirror": False, "duration": "1h", "gates": ["tool_args"]},
             {"kind": "full"},
         ],
-        "rollback": {"triggers": ["oom"]},
-    }
-    workspace.plan_path.write_text(yaml.safe_dump(plan, sort_keys=False))
-    return db.start_rollout(workspace.plan_path)
+        pools=pools(stable.url, canary.url),
+        gates={"tool_args": suite, "oom": {"kind": "events", "signal": "oom_events"}},
+    )
+    return db.start_rollout(plan_path)
 
 
 def test_sigterm_during_a_suite_run_exits_in_time_and_the_next_leader_runs_it_once(
@@ -159,10 +144,7 @@ def test_sigterm_during_a_suite_run_exits_in_time_and_the_next_leader_runs_it_on
     well inside 10 s, releasing the job; the standby leads, claims the job and runs the suite
     once: each case asked once of each engine, one stored run per engine, one job."""
     stable, canary = engines
-    old = daemons.spawn("a")
-    old.wait_role("leader", WAIT)
-    heir = daemons.spawn("b")
-    heir.wait_role("standby", WAIT)
+    old, heir = daemons.leader_and_standby()
     rollout = start_suite_rollout(db, tmp_path, stable, canary)
     wait_until(
         lambda: len(canary.asked_by("a")) == CONCURRENCY and len(stable.asked_by("a")),

@@ -47,26 +47,21 @@ def pinned(tmp: Path, name: str, config: dict[str, Any], engine: str = "trtllm")
     return build_set(name, model_tree(tmp / name, name), engine, config)
 
 
-def plan_for(
+def plan_for(executor: dict[str, Any], canary_urls: list[str], **sets: str) -> Plan:
+    """The plan of :func:`plan_yaml`, validated."""
+    return parse_plan(plan_yaml(executor, canary_urls, **sets)).plan
+
+
+def plan_yaml(
     executor: dict[str, Any],
     canary_urls: list[str],
     *,
     environment: str = "staging",
     stable: str = "build-old",
     canary: str = "build-new",
-) -> Plan:
-    """A small plan whose canary pool is ``canary_urls`` and whose executor is ``executor``."""
-    return parse_plan(plan_yaml(executor, canary_urls, environment, stable, canary)).plan
-
-
-def plan_yaml(
-    executor: dict[str, Any],
-    canary_urls: list[str],
-    environment: str = "staging",
-    stable: str = "build-old",
-    canary: str = "build-new",
 ) -> str:
-    """The YAML of :func:`plan_for`."""
+    """A small plan whose canary pool is ``canary_urls`` and whose executor is ``executor``,
+    as YAML."""
     data = small_dict()
     data["environment"] = environment
     data["artefacts"] = {"stable": stable, "canary": canary}

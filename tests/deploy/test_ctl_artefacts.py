@@ -22,13 +22,9 @@ if TYPE_CHECKING:
 
 
 @pytest.fixture
-def ctl(
-    store: StoreHandle, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
-) -> Ctl:
+def ctl(bare_ctl: Ctl) -> Ctl:
     """rolloutctl pointed at a fresh, migrated database."""
-    monkeypatch.setenv("ROLLOUTD_DATABASE_URL", store.url)
-    monkeypatch.setenv("ROLLOUTD_ENV_FILE", "/nonexistent")
-    return Ctl(capsys)
+    return bare_ctl
 
 
 @pytest.fixture

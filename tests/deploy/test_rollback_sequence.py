@@ -11,12 +11,11 @@ from __future__ import annotations
 
 import json
 import subprocess
-import sys
 import textwrap
 from collections.abc import Iterator
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import pytest
 import yaml
@@ -30,7 +29,9 @@ from rolloutd.planfile import parse_plan
 from rolloutd.sim.engine import Replica as SimReplica
 from rolloutd.store import queries
 from rolloutd.store.artefact_models import DeployRecord
-from rolloutd.store.models import Action, Lease
+from rolloutd.store.models import Action
+from tests.plans import file_plan, pools
+from tests.twins import CHILD_LEADER, run_child
 
 from .helpers import CANARY_CONFIG, STABLE_CONFIG, model_tree, pinned
 
@@ -45,39 +46,36 @@ pytestmark = [pytest.mark.postgres, pytest.mark.slow]
 
 # One tick of the reconciler in a child process; CRASH_KEY makes it SIGKILL itself while
 # marking that action done (its effect happened, its record did not).
-CHILD = textwrap.dedent(
-    """
-    import os, signal, sys
-    from datetime import UTC, datetime, timedelta
-    from rolloutd.drivers import PlanDrivers
-    from rolloutd.reconcile import Reconciler
-    from rolloutd.store import actions, lease, queries
-    from rolloutd.store.db import make_engine, session_factory
-    from rolloutd.store.models import Action
+CHILD = (
+    textwrap.dedent(
+        """
+        import os, signal, sys
+        from datetime import UTC, datetime, timedelta
+        from rolloutd.store import actions, queries
+        from rolloutd.store.models import Action
 
-    url, rollout_id, crash_key, ticks = sys.argv[1], int(sys.argv[2]), sys.argv[3], int(sys.argv[4])
-    real = actions.finish_action
+        rollout_id, crash_key, ticks = int(sys.argv[2]), sys.argv[3], int(sys.argv[4])
+        skew = timedelta(0)
+        real = actions.finish_action
 
-    def finish(session, action_id, **kwargs):
-        if session.get(Action, action_id).key == crash_key:
-            os.kill(os.getpid(), signal.SIGKILL)
-        return real(session, action_id, **kwargs)
+        def finish(session, action_id, **kwargs):
+            if session.get(Action, action_id).key == crash_key:
+                os.kill(os.getpid(), signal.SIGKILL)
+            return real(session, action_id, **kwargs)
 
-    queries.finish_action = finish
-    sessions = session_factory(make_engine(url))
-    clock = lambda: datetime.now(UTC)
-    with sessions.begin() as session:
-        held = lease.acquire(session, holder=f"child-{os.getpid()}", ttl=timedelta(minutes=5),
-                             now=clock())
-    assert held is not None, "the lease is taken"
-    reconciler = Reconciler(sessions, PlanDrivers(), clock=clock, lease=lambda: held,
-                            instance=f"child-{os.getpid()}")
-    for _ in range(ticks):
-        state = reconciler.tick(rollout_id).state.value
-        if state == "rolled_back":
-            break
-    print(state)
-    """
+        queries.finish_action = finish
+        """
+    )
+    + CHILD_LEADER
+    + textwrap.dedent(
+        """
+        for _ in range(ticks):
+            state = reconciler.tick(rollout_id).state.value
+            if state == "rolled_back":
+                break
+        print(state)
+        """
+    )
 )
 
 
@@ -99,28 +97,21 @@ class World:
         self.weight_file = tmp / "weights.json"
         metrics = tmp / "metrics.json"
         metrics.write_text(json.dumps({"oom_events": {"canary": {"value": 0}}}))
-        plan_data: dict[str, Any] = {
-            "name": "rollback-sequence",
-            "service": "atlas-70b",
-            "environment": "staging",
-            "pools": {
-                "stable": {"replicas": [{"name": "s1", "url": "http://127.0.0.1:9"}]},
-                "canary": {"replicas": [{"name": "c1", "url": replica.url}]},
-            },
-            "router": {"driver": "file", "path": str(self.weight_file)},
-            "metrics": {"source": "file", "path": str(metrics)},
-            "artefacts": {"stable": stable.name, "canary": "build-new"},
-            "executor": {
+        plan_data = file_plan(
+            "rollback-sequence",
+            self.weight_file,
+            metrics,
+            steps=[{"kind": "canary", "weight": 10, "bake": "1h"}, {"kind": "full"}],
+            pools=pools(canary_url=replica.url, names=("s1", "c1")),
+            artefacts={"stable": stable.name, "canary": "build-new"},
+            executor={
                 "kind": "triton",
                 "model": MODEL,
                 "versions": {"stable": 1, "canary": 3},
                 "poll_interval": "20ms",
                 "health_deadline": "1s",
             },
-            "gates": {"crash": {"kind": "events", "signal": "oom_events", "window": "1m"}},
-            "steps": [{"kind": "canary", "weight": 10, "bake": "1h"}, {"kind": "full"}],
-            "rollback": {"triggers": ["crash"]},
-        }
+        )
         loaded = parse_plan(yaml.safe_dump(plan_data), "plan.yaml")
         self.plan = loaded.plan
         canary = pinned(tmp, "build-new", CANARY_CONFIG)
@@ -136,22 +127,8 @@ class World:
 
     def run(self, crash_key: str = "", ticks: int = 12) -> subprocess.CompletedProcess[str]:
         """Ticks of a fresh reconciler process (taking over an expired lease)."""
-        with self.store.sessions.begin() as session:
-            session.execute(update(Lease).values(expires_at=datetime.now(UTC) - timedelta(1)))
-        return subprocess.run(
-            [
-                sys.executable,
-                "-c",
-                CHILD,
-                self.store.url,
-                str(self.rollout_id),
-                crash_key,
-                str(ticks),
-            ],
-            capture_output=True,
-            text=True,
-            timeout=120,
-            check=False,
+        return run_child(
+            self.store, CHILD, str(self.rollout_id), crash_key, str(ticks), timeout=120
         )
 
     def abort(self) -> None:

@@ -51,6 +51,13 @@ def executor_for(sim: SimReplica, **spec: object) -> tuple[TritonDeployer, Repli
     return executor, plan.pools.canary.replicas[0], plan
 
 
+def deployed(sim: SimReplica, pinned: PinnedSet) -> tuple[TritonDeployer, Replica]:
+    """The executor and the replica once ``pinned`` was deployed to it (successfully)."""
+    executor, replica, _ = executor_for(sim)
+    assert executor.deploy(replica, pinned).ok
+    return executor, replica
+
+
 def index(sim: SimReplica) -> dict[str, str]:
     """Version -> state from the replica's repository index."""
     entries = httpx.post(f"{sim.url}/v2/repository/index", json={}).json()
@@ -84,8 +91,7 @@ def test_redeploying_the_running_set_is_a_no_op(
 ) -> None:
     """A resumed deploy of what already runs loads nothing (the engine instance is kept)."""
     _, canary = sets
-    executor, replica, _ = executor_for(sim)
-    assert executor.deploy(replica, canary).ok
+    executor, replica = deployed(sim, canary)
     instance = sim.process
     again = executor.deploy(replica, canary)
     assert (again.ok, again.changed, again.reason) == (True, False, "already serving build-new")
@@ -97,8 +103,7 @@ def test_rollback_restores_the_stable_config_and_version(
 ) -> None:
     """Canary then stable: the replica is back on version 1 at 32,768, verified."""
     stable, canary = sets
-    executor, replica, _ = executor_for(sim)
-    assert executor.deploy(replica, canary).ok
+    executor, replica = deployed(sim, canary)
     back = executor.deploy(replica, stable)
     assert back.ok and back.changed, back.reason
     assert (sim.config.max_seq_len, sim.config.version) == (32768, 1)

@@ -117,6 +117,15 @@ class PrometheusService:
 
         self._wait(all_up, timeout, f"{self.expected_targets} prometheus targets to be up")
 
+    def wait_scrapes(self, count: int, timeout: float = 20.0) -> None:
+        """Wait until every target has been scraped ``count`` times (in the last minute)."""
+
+        def scraped() -> bool:
+            least = self.value("min(count_over_time(up[1m]))")
+            return least is not None and least >= count
+
+        self._wait(scraped, timeout, f"every target to be scraped {count} times")
+
     def stop(self) -> None:
         """Stop prometheus (SIGTERM, then SIGKILL after 10 s) and reap it."""
         if self.process is None:
@@ -179,28 +188,7 @@ class FleetHAProxy(HAProxyService):
             f"    server {r.name} {_host_port(r.url)} weight {0 if r.pool == 'canary' else 1}"
             for r in replicas
         )
-        self.config.write_text(
-            f"""global
-    stats socket {self.socket} mode 600 level admin
-    server-state-file {self.state_file}
-
-defaults
-    mode http
-    timeout connect 2s
-    timeout client 60s
-    timeout server 60s
-    load-server-state-from-file global
-
-frontend sessions
-    bind 127.0.0.1:{self.port}
-    default_backend {BACKEND}
-
-backend {BACKEND}
-    balance hdr(X-Session-Id)
-    hash-type consistent
-{servers}
-"""
-        )
+        self._write_config(servers, timeout="60s")
 
     @property
     def url(self) -> str:

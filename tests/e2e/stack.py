@@ -26,14 +26,14 @@ from typing import Any, TypeVar
 
 import yaml
 from pydantic import SecretStr
-from sqlalchemy import text
 
 from rolloutd.daemon.service import Daemon
 from rolloutd.operations import start_rollout
 from rolloutd.planfile import parse_plan
 from rolloutd.settings import Settings
 from rolloutd.sim.exposition import Flavor
-from rolloutd.store.db import make_engine, session_factory
+from tests.daemon import helpers
+from tests.daemon.helpers import Records
 from tests.e2e.fleet_process import FleetProcess
 from tests.e2e.services import SCRAPE_INTERVAL_S, FleetHAProxy, PrometheusService
 from tests.routers.services import find_binary, free_port, which
@@ -126,20 +126,18 @@ TRIGGERS = [
 
 def wait_until(predicate: Callable[[], T], timeout: float, what: str, interval: float = 0.1) -> T:
     """Poll ``predicate`` until it returns something truthy; fail naming ``what``."""
-    deadline = time.monotonic() + timeout
-    while True:
-        value = predicate()
-        if value:
-            return value
-        if time.monotonic() >= deadline:
-            raise AssertionError(f"timed out after {timeout:g}s waiting for {what}")
-        time.sleep(interval)
+    try:
+        return helpers.wait_until(predicate, timeout, what, interval=interval)
+    except helpers.WaitTimeout as exc:
+        raise AssertionError(str(exc)) from None
 
 
-class Stack:
-    """Every service of one e2e run; use as a context manager (``close`` stops them all)."""
+class Stack(Records):
+    """Every service of one e2e run, and what its daemon wrote; use as a context manager
+    (``close`` stops them all)."""
 
     def __init__(self, database_url: str, flavor: Flavor = "triton", workdir: Path | None = None):
+        super().__init__(database_url)
         self.database_url = database_url
         self.flavor: Flavor = flavor
         self.templates = "vllm" if flavor == "vllm" else "triton-trtllm"
@@ -150,8 +148,6 @@ class Stack:
         self.prometheus: PrometheusService | None = None
         self.daemon: Daemon | None = None
         self._daemon_thread: threading.Thread | None = None
-        self.engine = make_engine(database_url)
-        self.sessions = session_factory(self.engine)
         self.daemon_port = free_port()  # /healthz and /metrics, scraped by Prometheus
 
     # -- lifecycle --------------------------------------------------------------------------
@@ -292,21 +288,6 @@ class Stack:
         except Exception:
             return None
 
-    def state(self, rollout_id: int) -> str:
-        """The rollout's state as the daemon last wrote it."""
-        return str(self._scalar("SELECT state FROM rollouts WHERE id = :id", id=rollout_id))
-
-    def events(self, rollout_id: int) -> list[dict[str, Any]]:
-        """The rollout's events, oldest first."""
-        return self._rows(
-            "SELECT id, at, kind, detail, data FROM events WHERE rollout_id = :id ORDER BY id",
-            id=rollout_id,
-        )
-
-    def event_kinds(self, rollout_id: int) -> list[str]:
-        """The kinds of the rollout's events, oldest first."""
-        return [e["kind"] for e in self.events(rollout_id)]
-
     def evaluations(self, rollout_id: int, gate: str | None = None) -> list[dict[str, Any]]:
         """The rollout's gate evaluations (of one gate), oldest first."""
         sql = (
@@ -315,11 +296,11 @@ class Stack:
             + (" AND gate = :gate" if gate else "")
             + " ORDER BY id"
         )
-        return self._rows(sql, id=rollout_id, gate=gate)
+        return self.rows(sql, id=rollout_id, gate=gate)
 
     def alerts(self, rollout_id: int) -> list[str]:
         """The topics of the alerts the rollout raised."""
-        rows = self._rows(
+        rows = self.rows(
             "SELECT payload FROM actions WHERE rollout_id = :id AND kind = 'alert' ORDER BY id",
             id=rollout_id,
         )
@@ -345,14 +326,6 @@ class Stack:
             f"rollout {rollout_id} to reach {sorted(states)} (now {self.state(rollout_id)}; "
             f"events {self.event_kinds(rollout_id)[-6:]})",
         )
-
-    def _rows(self, sql: str, **params: Any) -> list[dict[str, Any]]:
-        with self.engine.connect() as connection:
-            return [dict(row._mapping) for row in connection.execute(text(sql), params)]
-
-    def _scalar(self, sql: str, **params: Any) -> Any:
-        with self.engine.connect() as connection:
-            return connection.execute(text(sql), params).scalar()
 
 
 @contextlib.contextmanager

@@ -43,8 +43,13 @@ def test_a_prometheus_outage_pauses_the_rollout_and_it_resumes_when_prometheus_r
     assert all("cannot connect to Prometheus" in e["reason"] for e in latest), latest
     assert all("connection refused" in e["reason"] for e in latest), latest[0]["reason"]
 
-    # Paused is paused: a few more ticks change nothing on the load balancer.
-    time.sleep(3)
+    # Paused is paused: a few more ticks (each evaluates the gates again) change nothing on
+    # the load balancer.
+    def ticks() -> int:
+        return len({e["evaluated_at"] for e in stack.evaluations(rollout)})
+
+    seen = ticks()
+    wait_until(lambda: ticks() >= seen + 3, 30, "three more ticks of the paused rollout")
     assert stack.state(rollout) == "paused"
     assert stack.weight() == 5
 

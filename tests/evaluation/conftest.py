@@ -23,6 +23,13 @@ def example_suite() -> Suite:
     return load_suite(EXAMPLE)
 
 
+def first_cases(path: Path, count: int) -> Path:
+    """Write the example suite's first ``count`` cases to ``path``, for tests about how a suite
+    is run and stored rather than what it finds."""
+    path.write_text("".join(EXAMPLE.read_text().splitlines(keepends=True)[:count]))
+    return path
+
+
 def start(profile: Profile = "exact", *, seed: int = 0, pool: str = "canary") -> Replica:
     """A started simulated replica with a fast clock; the caller stops it."""
     return Replica(f"sim-{profile}", pool=pool, profile=profile, seed=seed, time_scale=1e-5).start()

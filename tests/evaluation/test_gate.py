@@ -8,6 +8,7 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
+from rolloutd.analysis.base import Evaluation, Role
 from rolloutd.core.actions import Verdict
 from rolloutd.core.plan import SuiteGate
 from rolloutd.evaluation.compare import CaseResult, FieldOutcome, FieldResult
@@ -21,6 +22,18 @@ FIELDS = ("pay.amount", "pay.date", "pay.payee")
 def gate(rule: str, **extra: object) -> SuiteGate:
     """A suite gate with ``rule``."""
     return SuiteGate.model_validate({"kind": "suite", "suite": "s.jsonl", "rule": rule, **extra})
+
+
+def judge(
+    spec: SuiteGate,
+    baseline: RunSummary,
+    canary: RunSummary,
+    *,
+    name: str = "g",
+    role: Role = "step",
+) -> Evaluation:
+    """``judge_suite`` for gate ``name`` in ``role`` at ``NOW``."""
+    return judge_suite(spec, baseline, canary, name=name, role=role, now=NOW)
 
 
 def run(
@@ -71,7 +84,7 @@ def test_identical_runs_pass_every_rule() -> None:
         ("at_least_baseline", "step"),
         ("max_drop", "trigger"),
     ):
-        evaluation = judge_suite(gate(rule), baseline, canary, name="g", role=role, now=NOW)
+        evaluation = judge(gate(rule), baseline, canary, role=role)
         assert evaluation.verdict is Verdict.PASS, (rule, evaluation.reason)
         assert evaluation.samples == 300
 
@@ -80,9 +93,7 @@ def test_a_regression_in_one_field_fails_and_names_that_field() -> None:
     """Twelve more wrong amounts on the canary: the amount row regresses, the others do not."""
     baseline = run("baseline")
     canary = run("canary", wrong={"pay.amount": 12})
-    evaluation = judge_suite(
-        gate("no_regression"), baseline, canary, name="g", role="step", now=NOW
-    )
+    evaluation = judge(gate("no_regression"), baseline, canary)
     assert evaluation.verdict is Verdict.FAIL
     assert "pay.amount" in evaluation.reason
     rows = {row["field"]: row for row in evaluation.evidence["fields"]}
@@ -94,27 +105,15 @@ def test_a_regression_in_one_field_fails_and_names_that_field() -> None:
 
 def test_a_small_per_field_difference_is_not_a_regression() -> None:
     """Three more wrong values in 300 is within noise after the Holm adjustment."""
-    evaluation = judge_suite(
-        gate("no_regression"),
-        run("baseline"),
-        run("canary", wrong={"pay.date": 3}),
-        name="g",
-        role="step",
-        now=NOW,
-    )
+    evaluation = judge(gate("no_regression"), run("baseline"), run("canary", wrong={"pay.date": 3}))
     assert evaluation.verdict is Verdict.PASS
     assert evaluation.statistic is not None and evaluation.statistic >= 0.05
 
 
 def test_at_least_baseline_fails_on_a_significant_loss_of_whole_calls() -> None:
     """Ten calls lost, none gained: exact McNemar p = 1/1024."""
-    evaluation = judge_suite(
-        gate("at_least_baseline"),
-        run("baseline"),
-        run("canary", wrong={"pay.payee": 10}),
-        name="g",
-        role="step",
-        now=NOW,
+    evaluation = judge(
+        gate("at_least_baseline"), run("baseline"), run("canary", wrong={"pay.payee": 10})
     )
     assert evaluation.verdict is Verdict.FAIL
     assert evaluation.statistic == pytest.approx(1 / 1024)
@@ -122,13 +121,12 @@ def test_at_least_baseline_fails_on_a_significant_loss_of_whole_calls() -> None:
 
 def test_max_drop_breaches_as_a_trigger_with_its_operating_characteristics() -> None:
     """A 6-point drop breaches; the evidence says how often the rule fires on this many cases."""
-    evaluation = judge_suite(
+    evaluation = judge(
         gate("max_drop", max_drop_points=1.0),
         run("baseline"),
         run("canary", wrong={"pay.amount": 18}),
         name="exactness_drop",
         role="trigger",
-        now=NOW,
     )
     assert evaluation.verdict is Verdict.BREACH
     characteristics = evaluation.evidence["operating_characteristics"]
@@ -140,13 +138,11 @@ def test_max_drop_breaches_as_a_trigger_with_its_operating_characteristics() -> 
 
 def test_max_drop_does_not_fire_on_a_one_point_observed_drop() -> None:
     """Three more wrong calls in 300 (1 point) is what the naive rule would alarm on; not this."""
-    evaluation = judge_suite(
+    evaluation = judge(
         gate("max_drop"),
         run("baseline", wrong={"pay.date": 6}),
         run("canary", wrong={"pay.date": 9}),
-        name="g",
         role="trigger",
-        now=NOW,
     )
     assert evaluation.verdict is Verdict.PASS
     assert evaluation.evidence["max_drop"]["drop_points"] == 1.0
@@ -154,41 +150,20 @@ def test_max_drop_does_not_fire_on_a_one_point_observed_drop() -> None:
 
 def test_runs_of_different_suites_are_inconclusive() -> None:
     """Different digests cannot be paired."""
-    evaluation = judge_suite(
-        gate("no_regression"),
-        run("baseline"),
-        run("canary", sha="b" * 64),
-        name="g",
-        role="step",
-        now=NOW,
-    )
+    evaluation = judge(gate("no_regression"), run("baseline"), run("canary", sha="b" * 64))
     assert evaluation.verdict is Verdict.INCONCLUSIVE
 
 
 def test_too_many_request_errors_are_inconclusive_not_a_regression() -> None:
     """A canary that timed out on 10% of cases measured too little to pass or fail."""
-    evaluation = judge_suite(
-        gate("no_regression"),
-        run("baseline"),
-        run("canary", errors=30),
-        name="g",
-        role="step",
-        now=NOW,
-    )
+    evaluation = judge(gate("no_regression"), run("baseline"), run("canary", errors=30))
     assert evaluation.verdict is Verdict.INCONCLUSIVE
     assert "30 of 300" in evaluation.reason
 
 
 def test_request_errors_under_the_limit_are_left_out_of_the_pairs() -> None:
     """Cases without an answer count for neither build."""
-    evaluation = judge_suite(
-        gate("no_regression"),
-        run("baseline"),
-        run("canary", errors=6),
-        name="g",
-        role="step",
-        now=NOW,
-    )
+    evaluation = judge(gate("no_regression"), run("baseline"), run("canary", errors=6))
     assert evaluation.verdict is Verdict.PASS
     assert evaluation.samples == 294
 
@@ -196,17 +171,8 @@ def test_request_errors_under_the_limit_are_left_out_of_the_pairs() -> None:
 def test_combine_keeps_the_worst_verdict_and_both_evidences() -> None:
     """A failing sampled set fails the gate even when the fixed suite passes."""
     baseline = run("baseline")
-    good = judge_suite(
-        gate("at_least_baseline"), baseline, run("canary"), name="g", role="step", now=NOW
-    )
-    bad = judge_suite(
-        gate("at_least_baseline"),
-        baseline,
-        run("canary", wrong={"pay.amount": 20}),
-        name="g",
-        role="step",
-        now=NOW,
-    )
+    good = judge(gate("at_least_baseline"), baseline, run("canary"))
+    bad = judge(gate("at_least_baseline"), baseline, run("canary", wrong={"pay.amount": 20}))
     combined = combine([good, bad], ["suite", "sampled"])
     assert combined.verdict is Verdict.FAIL
     assert set(combined.evidence) == {"suite", "sampled"}
@@ -243,7 +209,7 @@ def test_the_int4_like_build_fails_no_regression_against_the_exact_build(
     exact = dataclasses.replace(profile_runs["exact"], role="baseline")
     quantised = profile_runs["int4-like"]
     spec = gate("no_regression")
-    failed = judge_suite(spec, exact, quantised, name="g", role="step", now=NOW)
+    failed = judge(spec, exact, quantised)
     assert failed.verdict is Verdict.FAIL
     rows = {row["field"]: row for row in failed.evidence["fields"]}
     assert rows[WHOLE_CALL]["regressed"]
@@ -252,5 +218,5 @@ def test_the_int4_like_build_fails_no_regression_against_the_exact_build(
         key for key, tally in quantised.fields.items() if tally.counts.get("wrong_value")
     }
     assert {key for key, row in rows.items() if row["canary_worse"]} - {WHOLE_CALL} == wrong_fields
-    same = judge_suite(spec, exact, profile_runs["exact"], name="g", role="step", now=NOW)
+    same = judge(spec, exact, profile_runs["exact"])
     assert same.verdict is Verdict.PASS

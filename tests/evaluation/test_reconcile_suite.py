@@ -10,24 +10,19 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import pytest
-import yaml
 from sqlalchemy import func, select, update
 
-from rolloutd.analysis.sources import MemoryMetrics
 from rolloutd.core.progress import Progress
 from rolloutd.evaluation.source import SuiteFedSource
-from rolloutd.operations import start_rollout
-from rolloutd.planfile import parse_plan
-from rolloutd.reconcile import Reconciler
-from rolloutd.routers.base import MemoryRouter
 from rolloutd.sim.engine import Replica
 from rolloutd.sim.profiles import Profile
-from rolloutd.store import lease, queries, suite_jobs
+from rolloutd.store import queries, suite_jobs
 from rolloutd.store.models import GateEvaluation
 from rolloutd.store.suite_models import SuiteJob, SuiteRun
-from tests.twins import Clock, Twins
+from tests.plans import memory_plan, pools
+from tests.twins import Leader
 
-from .conftest import EXAMPLE, start
+from .conftest import EXAMPLE, first_cases, start
 
 if TYPE_CHECKING:
     from conftest import StoreHandle
@@ -37,20 +32,14 @@ pytestmark = [pytest.mark.postgres, pytest.mark.slow]
 
 
 def _plan(stable: Replica, canary: Replica, suite: Path = EXAMPLE) -> dict[str, Any]:
-    return {
-        "name": "suite-gate",
-        "service": "atlas-70b",
-        "environment": "staging",
-        "pools": {
-            "stable": {"replicas": [{"name": "s1", "url": stable.url}]},
-            "canary": {"replicas": [{"name": "c1", "url": canary.url}]},
-        },
-        "router": {"driver": "memory"},
-        "metrics": {"source": "simulator"},
-        "artefacts": {"stable": "build-old", "canary": "build-new"},
-        "interval": "1s",
-        "trigger_interval": "1s",
-        "gates": {
+    return memory_plan(
+        name="suite-gate",
+        pools=pools(stable.url, canary.url, names=("s1", "c1")),
+        metrics={"source": "simulator"},
+        artefacts={"stable": "build-old", "canary": "build-new"},
+        interval="1s",
+        trigger_interval="1s",
+        gates={
             "tool_args": {
                 "kind": "suite",
                 "suite": str(suite),
@@ -64,42 +53,27 @@ def _plan(stable: Replica, canary: Replica, suite: Path = EXAMPLE) -> dict[str, 
                 "window": "1h",
             },
         },
-        "steps": [
+        steps=[
             {"kind": "shadow", "mirror": False, "duration": "1m", "gates": ["tool_args"]},
             {"kind": "canary", "weight": 10, "bake": "1h", "gates": ["schema"]},
             {"kind": "full"},
         ],
-    }
+        triggers=(),
+    )
 
 
-class Rollout:
+class Rollout(Leader):
     """A leader's reconciler ticking one rollout of the suite plan on a fake clock."""
 
     def __init__(self, store: StoreHandle, canary_profile: Profile, suite: Path = EXAMPLE) -> None:
-        self.store = store
         self.stable = start("exact", pool="stable")
         self.canary = start(canary_profile)
-        self.clock = Clock(T0)
-        self.metrics = MemoryMetrics()
-        twins = Twins(MemoryRouter(), self.metrics)
-        with store.sessions.begin() as session:
-            held = lease.acquire(session, holder="me", ttl=timedelta(days=400), now=self.clock())
-        assert held is not None
-        self.reconciler = Reconciler(
-            store.sessions, twins, clock=self.clock, lease=lambda: held, instance="test"
-        )
-        loaded = parse_plan(yaml.safe_dump(_plan(self.stable, self.canary, suite)), "plan.yaml")
-        with store.sessions.begin() as session:
-            self.id = start_rollout(session, loaded, actor="alice", now=self.clock())
+        super().__init__(store, _plan(self.stable, self.canary, suite), start=T0)
 
     def close(self) -> None:
         self.reconciler.close()
         self.stable.stop()
         self.canary.stop()
-
-    def tick(self, seconds: float = 0.0) -> str:
-        self.clock.now += timedelta(seconds=seconds)
-        return self.reconciler.tick(self.id).state.value
 
     def runs(self) -> int:
         with self.store.sessions.begin() as session:
@@ -115,7 +89,7 @@ class Rollout:
         with self.store.sessions.begin() as session:
             rows = session.scalars(
                 select(GateEvaluation)
-                .where(GateEvaluation.rollout_id == self.id, GateEvaluation.gate == gate)
+                .where(GateEvaluation.rollout_id == self.rollout_id, GateEvaluation.gate == gate)
                 .order_by(GateEvaluation.id)
             )
             return [(e.verdict, e.reason, e.evidence) for e in rows]
@@ -141,14 +115,14 @@ def test_a_clean_canary_passes_the_shadow_suite_and_the_step_completes(rollout_o
     stored the gate passes and, after the shadow's minute, the step completes."""
     rollout = rollout_of("exact")
     rollout.tick()  # starts, enters the shadow step
-    rollout.tick(1)  # weight 0 verified; the suite is due
+    rollout.tick(seconds=1)  # weight 0 verified; the suite is due
     verdict, reason, _ = rollout.evaluations("tool_args")[-1]
     assert verdict == "pending" and "the suite's run for this step has not finished" in reason
     rollout.wait_for_runs(2)  # canary and baseline
-    rollout.tick(1)
+    rollout.tick(seconds=1)
     verdict, _, evidence = rollout.evaluations("tool_args")[-1]
     assert verdict == "pass", evidence
-    rollout.tick(60)
+    rollout.tick(seconds=60)
     assert rollout_progress(rollout).step_index == 1  # on to canary 10%
     assert rollout.runs() == 2  # no second run within the step
 
@@ -158,13 +132,13 @@ def test_a_quantised_canary_that_loses_calls_holds_the_shadow_step(rollout_of: A
     with the field table as evidence, and the shadow step does not complete."""
     rollout = rollout_of("int4-like")
     rollout.tick()
-    rollout.tick(1)
+    rollout.tick(seconds=1)
     rollout.wait_for_runs(2)
-    rollout.tick(1)
+    rollout.tick(seconds=1)
     verdict, reason, evidence = rollout.evaluations("tool_args")[-1]
     assert verdict == "fail", reason
     assert evidence  # the per-field table
-    rollout.tick(120)
+    rollout.tick(seconds=120)
     assert rollout_progress(rollout).step_index == 0  # held in the shadow step
 
 
@@ -173,14 +147,14 @@ def test_the_suites_schema_violations_feed_the_schema_gate(rollout_of: Any) -> N
     rollout = rollout_of("broken-schema")
     rollout.metrics.set("schema_violation_rate", "canary", 0.0, samples=1000)
     rollout.tick()
-    rollout.tick(1)
+    rollout.tick(seconds=1)
     rollout.wait_for_runs(2)
     # No per-field test to pass: move on by hand to see the schema gate at 10%.
     with rollout.store.sessions.begin() as session:
         run_ids = session.scalars(select(SuiteRun.id)).all()
     assert len(run_ids) == 2
     source = rollout.reconciler.suites.with_suite_counts(
-        rollout.metrics, rollout.id, rollout_progress(rollout)
+        rollout.metrics, rollout.rollout_id, rollout_progress(rollout)
     )
     assert isinstance(source, SuiteFedSource)
     measured = source.measure("schema_violation_rate", "canary", timedelta(hours=1), T0)
@@ -194,11 +168,15 @@ def test_a_job_another_instance_holds_runs_here_only_once_its_claim_lapses(
     """The due run is a job: while another holder's claim is live the leader leaves it alone
     (the gate stays pending); once the claim lapses the leader claims it (attempt 2), runs it
     once, and the runs name the job."""
-    rollout = rollout_of("exact", short_suite(tmp_path))
+    rollout = rollout_of("exact", first_cases(tmp_path / "short.jsonl", 30))
     rollout.tick()  # starts, enters the shadow step
     with rollout.store.sessions.begin() as session:
         job = suite_jobs.add_job(
-            session, rollout_id=rollout.id, gate="tool_args", step_index=0, due_at=rollout.clock()
+            session,
+            rollout_id=rollout.rollout_id,
+            gate="tool_args",
+            step_index=0,
+            due_at=rollout.clock(),
         )
         other = suite_jobs.claim(
             session,
@@ -209,18 +187,18 @@ def test_a_job_another_instance_holds_runs_here_only_once_its_claim_lapses(
             now=rollout.clock(),
         )
     assert other is not None
-    rollout.tick(1)
+    rollout.tick(seconds=1)
     verdict, reason, _ = rollout.evaluations("tool_args")[-1]
     assert verdict == "pending" and "has not finished" in reason
     assert job_row(rollout) == ("open", 1, "elsewhere")
     assert rollout.runs() == 0
 
-    rollout.tick(30)  # the other claim lapsed
+    rollout.tick(seconds=30)  # the other claim lapsed
     state, attempts, holder = job_row(rollout)
     assert (state, attempts) == ("open", 2) and holder != "elsewhere"
     rollout.wait_for_runs(2)
     wait_until_job_done(rollout)
-    rollout.tick(1)
+    rollout.tick(seconds=1)
     assert rollout.evaluations("tool_args")[-1][0] == "pass"
     with rollout.store.sessions.begin() as session:
         assert set(session.scalars(select(SuiteRun.job_id))) == {job.id}
@@ -230,9 +208,9 @@ def test_a_job_another_instance_holds_runs_here_only_once_its_claim_lapses(
 def test_a_run_whose_claim_was_taken_stores_nothing(rollout_of: Any, tmp_path: Path) -> None:
     """A run that loses its job (another instance claimed it after the claim lapsed) finishes
     its requests but writes no run and does not end the job."""
-    rollout = rollout_of("exact", short_suite(tmp_path, 60))
+    rollout = rollout_of("exact", first_cases(tmp_path / "short.jsonl", 60))
     rollout.tick()
-    rollout.tick(1)  # claimed and started here
+    rollout.tick(seconds=1)  # claimed and started here
     with rollout.store.sessions.begin() as session:
         session.execute(
             update(SuiteJob).values(acquired_by="elsewhere", attempts=SuiteJob.attempts + 1)
@@ -243,13 +221,6 @@ def test_a_run_whose_claim_was_taken_stores_nothing(rollout_of: Any, tmp_path: P
         time.sleep(0.05)
     assert rollout.runs() == 0
     assert job_row(rollout) == ("open", 2, "elsewhere")
-
-
-def short_suite(root: Path, cases: int = 30) -> Path:
-    """The example suite's first cases, for tests about when a suite runs, not what it finds."""
-    path = root / "short.jsonl"
-    path.write_text("".join(EXAMPLE.read_text().splitlines(keepends=True)[:cases]))
-    return path
 
 
 def job_row(rollout: Rollout) -> tuple[str, int, str | None]:
@@ -269,4 +240,4 @@ def wait_until_job_done(rollout: Rollout) -> None:
 def rollout_progress(rollout: Rollout) -> Progress:
     """The rollout's progress facts as stored."""
     with rollout.store.sessions.begin() as session:
-        return Progress.from_storage(queries.get_rollout(session, rollout.id).progress)
+        return Progress.from_storage(queries.get_rollout(session, rollout.rollout_id).progress)

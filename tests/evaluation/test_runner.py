@@ -26,6 +26,15 @@ from rolloutd.evaluation.suite import Suite
 from tests.evaluation.conftest import SIM, start
 
 
+class Drip(httpx.AsyncByteStream):
+    """A response body that never ends: a space every 50 ms."""
+
+    async def __aiter__(self) -> AsyncIterator[bytes]:
+        while True:
+            await asyncio.sleep(0.05)
+            yield b" "
+
+
 def test_the_exact_profile_scores_every_case_right_both_ways(
     profile_runs: dict[str, RunSummary],
 ) -> None:
@@ -241,12 +250,6 @@ def test_a_slowly_dripping_answer_is_cut_at_the_request_timeout(example_suite: S
     """httpx's timeout bounds each read; the whole request is bounded too, so an answer that
     trickles in byte by byte cannot outlast the timeout a permit was given for."""
 
-    class Drip(httpx.AsyncByteStream):
-        async def __aiter__(self) -> AsyncIterator[bytes]:
-            while True:
-                await asyncio.sleep(0.05)
-                yield b" "
-
     async def trickle(request: httpx.Request) -> httpx.Response:
         return httpx.Response(200, stream=Drip())
 
@@ -263,12 +266,6 @@ def test_a_model_list_that_never_finishes_leaves_the_model_out(example_suite: Su
     """``/v1/models`` is only a courtesy: one that hangs past the timeout is given up, and the
     run goes on without naming a model."""
     seen: list[dict[str, object]] = []
-
-    class Drip(httpx.AsyncByteStream):
-        async def __aiter__(self) -> AsyncIterator[bytes]:
-            while True:
-                await asyncio.sleep(0.05)
-                yield b" "
 
     async def answer(request: httpx.Request) -> httpx.Response:
         if request.url.path == "/v1/models":

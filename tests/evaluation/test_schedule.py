@@ -2,17 +2,21 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from datetime import UTC, datetime, timedelta
+from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from rolloutd.core.actions import Verdict
-from rolloutd.core.plan import SuiteGate
+from rolloutd.core.plan import Plan, SuiteGate
 from rolloutd.evaluation import records
 from rolloutd.evaluation.gate import suite_due
 from rolloutd.evaluation.runner import RunnerOptions
 from rolloutd.evaluation.schedule import judge_stored, run_suite_for_gate
-from tests.evaluation.conftest import EXAMPLE, start
+from rolloutd.sim.engine import Replica
+from tests.evaluation.conftest import first_cases, start
 from tests.evaluation.test_gate import NOW
 from tests.plans import example_dict, plan_of
 from tests.store.seed import seed_rollout
@@ -23,71 +27,53 @@ if TYPE_CHECKING:
 REPO = Path(__file__).resolve().parents[2]
 
 
+@contextmanager
+def served_example() -> Iterator[tuple[Plan, Replica, Replica]]:
+    """The example plan with one simulated exact replica serving each pool (stopped after)."""
+    stable, canary = start("exact", pool="stable"), start("exact", pool="canary")
+    try:
+        data = example_dict()
+        data["pools"]["stable"]["replicas"] = [{"name": "gpu-a", "url": stable.url}]
+        data["pools"]["canary"]["replicas"] = [{"name": "gpu-d", "url": canary.url}]
+        yield plan_of(data), stable, canary
+    finally:
+        stable.stop()
+        canary.stop()
+
+
 def test_shadow_then_canary_gates_run_store_and_reuse_the_shadow_baseline(
     store: StoreHandle, tmp_path: Path
 ) -> None:
     """The shadow gate asks both pools; the canary gate reuses the shadow baseline and asks
     only the canary; a stored pair is re-judged without requests."""
-    small = tmp_path / "small.jsonl"
-    small.write_text("".join(EXAMPLE.read_text().splitlines(keepends=True)[:40]))
-    stable, canary = start("exact", pool="stable"), start("exact", pool="canary")
-    canary.set_faults(exactness_drop=0.5)
-    try:
-        data = example_dict()
-        data["pools"]["stable"]["replicas"] = [{"name": "gpu-a", "url": stable.url}]
-        data["pools"]["canary"]["replicas"] = [{"name": "gpu-d", "url": canary.url}]
-        plan = plan_of(data)
-        with store.sessions.begin() as session:
-            rollout_id = seed_rollout(session)
-        options = RunnerOptions(concurrency=16, send_expected=True)
+    small = first_cases(tmp_path / "small.jsonl", 40)
+    with store.sessions.begin() as session:
+        rollout_id = seed_rollout(session)
+    step_gate = {"role": "step", "rollout_id": rollout_id, "now": NOW, "base_dir": tmp_path}
+    with served_example() as (plan, stable, canary):
+        canary.set_faults(exactness_drop=0.5)
+        run_step_gate = partial(
+            run_suite_for_gate,
+            store.sessions,
+            plan=plan,
+            options=RunnerOptions(concurrency=16, send_expected=True),
+            **step_gate,
+        )
         shadow = plan.gates["tool_args_no_regression"]
         assert isinstance(shadow, SuiteGate)
         shadow = shadow.model_copy(update={"suite": "small.jsonl"})
-        first = run_suite_for_gate(
-            store.sessions,
-            plan=plan,
-            spec=shadow,
-            name="tool_args_no_regression",
-            role="step",
-            rollout_id=rollout_id,
-            step_index=0,
-            now=NOW,
-            base_dir=tmp_path,
-            options=options,
-        )
+        first = run_step_gate(spec=shadow, name="tool_args_no_regression", step_index=0)
         assert first.verdict is Verdict.FAIL
         asked_stable = stable.ledger.position
         daily = plan.gates["tool_args_exactness"]
         assert isinstance(daily, SuiteGate)
         daily = daily.model_copy(update={"suite": "small.jsonl"})
-        second = run_suite_for_gate(
-            store.sessions,
-            plan=plan,
-            spec=daily,
-            name="tool_args_exactness",
-            role="step",
-            rollout_id=rollout_id,
-            step_index=1,
-            now=NOW,
-            base_dir=tmp_path,
-            options=options,
-        )
-    finally:
-        stable.stop()
-        canary.stop()
+        second = run_step_gate(spec=daily, name="tool_args_exactness", step_index=1)
     assert second.verdict is Verdict.FAIL
     assert stable.ledger.position == asked_stable  # the shadow baseline was reused
     assert second.evidence["baseline"]["run_id"] == first.evidence["baseline"]["run_id"]
     with store.sessions() as session:
-        again = judge_stored(
-            session,
-            spec=daily,
-            name="tool_args_exactness",
-            role="step",
-            rollout_id=rollout_id,
-            now=NOW,
-            base_dir=tmp_path,
-        )
+        again = judge_stored(session, spec=daily, name="tool_args_exactness", **step_gate)
         stored = records.latest_run(session, rollout_id=rollout_id, role="canary")
     assert again.verdict is Verdict.FAIL and again.value == second.value
     assert stored is not None and stored.suite_path == str(small)
@@ -118,20 +104,14 @@ def test_runs_are_stamped_by_the_rollout_clock_so_they_count_in_its_step(
 ) -> None:
     """With a rollout clock decades ahead of the wall clock, the stored runs carry its time,
     so the run counts as the current step's and the suite is not due again at once."""
-    small = tmp_path / "small.jsonl"
-    small.write_text("".join(EXAMPLE.read_text().splitlines(keepends=True)[:5]))
+    first_cases(tmp_path / "small.jsonl", 5)
     future = datetime(2099, 6, 1, 12, tzinfo=UTC)
-    stable, canary = start("exact", pool="stable"), start("exact", pool="canary")
-    try:
-        data = example_dict()
-        data["pools"]["stable"]["replicas"] = [{"name": "gpu-a", "url": stable.url}]
-        data["pools"]["canary"]["replicas"] = [{"name": "gpu-d", "url": canary.url}]
-        plan = plan_of(data)
-        with store.sessions.begin() as session:
-            rollout_id = seed_rollout(session)
-        spec = SuiteGate.model_validate(
-            {"kind": "suite", "suite": "small.jsonl", "rule": "max_drop", "every": "1d"}
-        )
+    with store.sessions.begin() as session:
+        rollout_id = seed_rollout(session)
+    spec = SuiteGate.model_validate(
+        {"kind": "suite", "suite": "small.jsonl", "rule": "max_drop", "every": "1d"}
+    )
+    with served_example() as (plan, _, _):
         run_suite_for_gate(
             store.sessions,
             plan=plan,
@@ -145,9 +125,6 @@ def test_runs_are_stamped_by_the_rollout_clock_so_they_count_in_its_step(
             options=RunnerOptions(concurrency=4, send_expected=True),
             clock=lambda: future,
         )
-    finally:
-        stable.stop()
-        canary.stop()
     with store.sessions() as session:
         ran_at = records.last_run_at(session, rollout_id=rollout_id, gate="g", step_index=0)
         runs = [

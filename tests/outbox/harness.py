@@ -1,4 +1,5 @@
-"""A leader with one rollout whose plan alerts to Slack, a fake clock, and the alert sender.
+"""A leader with one rollout whose plan alerts to Slack, a fake clock, and the alert sender;
+and the same pointed at a Slack-like server.
 
 The reconciler, the outbox and the sender are the real ones on the real database; the router
 and metrics are in-memory twins; Slack is :class:`tests.outbox.slack.SlackServer`. The clock
@@ -8,25 +9,21 @@ moves only when the test says so, so minutes of outage take milliseconds.
 from __future__ import annotations
 
 import copy
-from collections.abc import Callable, Mapping
-from datetime import UTC, datetime, timedelta
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING, Any, Self
 
 import httpx
-import yaml
 
 from rolloutd.alerts.sender import Sender
 from rolloutd.alerts.webhooks import Webhooks
-from rolloutd.analysis.sources import MemoryMetrics
-from rolloutd.operations import start_rollout
-from rolloutd.planfile import parse_plan
-from rolloutd.reconcile import Reconciler
-from rolloutd.routers.base import MemoryRouter
-from rolloutd.store import lease, queries
+from rolloutd.store import queries
 from rolloutd.store.lease import Held
-from rolloutd.store.outbox import list_messages
+from rolloutd.store.outbox import enqueue_message, list_messages
+from tests.outbox.slack import SlackServer
 from tests.plans import memory_plan
-from tests.twins import Clock, Twins
+from tests.twins import Leader
 
 if TYPE_CHECKING:
     from conftest import StoreHandle
@@ -51,7 +48,7 @@ PLAN: dict[str, Any] = memory_plan(
 )
 
 
-class Harness:
+class Harness(Leader):
     """One rollout driven by a real reconciler, alerts delivered by a real sender."""
 
     def __init__(
@@ -63,27 +60,10 @@ class Harness:
         timeout: float = 2.0,
         client: httpx.Client | None = None,
     ) -> None:
-        self.store = store
-        self.clock = Clock(T0)
-        self.router = MemoryRouter()
-        self.metrics = MemoryMetrics()
+        super().__init__(store, plan or PLAN, start=T0)
         self.healthy()
-        with store.sessions.begin() as session:
-            self.held = lease.acquire(
-                session, holder="me", ttl=timedelta(hours=10_000), now=self.clock()
-            )
-        self.reconciler = Reconciler(
-            store.sessions,
-            Twins(self.router, self.metrics),
-            clock=self.clock,
-            lease=lambda: self.held,
-            instance="test",
-        )
         self.environ = dict(environ)
         self.sender = self.new_sender(timeout=timeout, client=client)
-        with store.sessions.begin() as session:
-            loaded = parse_plan(yaml.safe_dump(plan or PLAN), "plan.yaml")
-            self.rollout_id = start_rollout(session, loaded, actor="alice", now=self.clock())
 
     def new_sender(
         self,
@@ -108,12 +88,6 @@ class Harness:
         """Canary metrics that pass every gate."""
         self.metrics.set("queue_timeout_rate", "canary", 0.002, samples=500)
         self.metrics.set("oom_events", "canary", 0)
-
-    def tick(self, **advance: float) -> str:
-        """Move the clock, then run one tick; returns the state."""
-        if advance:
-            self.clock.advance(**advance)
-        return self.reconciler.tick(self.rollout_id).state.value
 
     def send(self, runs: int = 1, every: float = 0.5) -> int:
         """Run the sender ``runs`` times, ``every`` seconds apart; how many were sent."""
@@ -149,3 +123,39 @@ class Harness:
                 {"kind": e.kind, "detail": e.detail, "data": dict(e.data)}
                 for e in queries.list_events(session, which)  # type: ignore[arg-type]
             ]
+
+
+class SlackRig:
+    """A harness ``h`` whose two channels, ops and oncall, point at one Slack-like server
+    that keeps the harness's time."""
+
+    def __init__(self, store: StoreHandle, slack: SlackServer) -> None:
+        self.slack = slack
+        self.ops_url = slack.webhook(f"ops-{SECRET}")
+        self.oncall_url = slack.webhook(f"oncall-{SECRET}")
+        env = {"SLACK_WEBHOOK_OPS": self.ops_url, "SLACK_WEBHOOK_ONCALL": self.oncall_url}
+        self.h = Harness(store, env, timeout=0.3)
+        slack.clock = self.h.clock
+
+    @classmethod
+    @contextmanager
+    def running(cls, store: StoreHandle) -> Iterator[Self]:
+        """A rig on a Slack-like server that runs until the block ends."""
+        with SlackServer(clock=lambda: None) as slack:  # type: ignore[arg-type, return-value]
+            yield cls(store, slack)
+
+    def enqueue(self, tag: str, webhook_env: str, channel: str) -> None:
+        """Put a critical ``rollback_started`` message saying ``tag`` (keyed by it too) for
+        ``webhook_env`` in the outbox, as the reconciler does."""
+        with self.h.store.sessions.begin() as session:
+            enqueue_message(
+                session,
+                key=f"test/{tag}",
+                rollout_id=self.h.rollout_id,
+                topic="rollback_started",
+                severity="critical",
+                channel=channel,
+                webhook_env=webhook_env,
+                message={"text": tag, "blocks": []},
+                now=self.h.clock(),
+            )

@@ -6,7 +6,7 @@ import json
 import re
 import subprocess
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import yaml
 from prometheus_client.parser import text_string_to_metric_families
@@ -46,144 +46,111 @@ def _description(alert: str) -> str:
     return str(next(r for r in rules if r["alert"] == alert)["annotations"]["description"])
 
 
-def test_the_rules_pass_promtool_check(tmp_path: Path) -> None:
-    """promtool accepts the rule file."""
+def _quiet(alert: str, at: str) -> dict[str, Any]:
+    """A rule-test expectation: ``alert`` does not fire at ``at``."""
+    return {"eval_time": at, "alertname": alert, "exp_alerts": []}
+
+
+def _fires(alert: str, at: str, summary: str, **labels: str) -> dict[str, Any]:
+    """A rule-test expectation: ``alert`` fires at ``at`` with ``labels`` and ``summary``."""
+    annotations = {"summary": summary, "description": _description(alert)}
+    expected = {"exp_labels": labels, "exp_annotations": annotations}
+    return {"eval_time": at, "alertname": alert, "exp_alerts": [expected]}
+
+
+def _promtool(*args: str) -> None:
+    """Run promtool with ``args``; it must succeed."""
     result = subprocess.run(
-        [find_binary("promtool"), "check", "rules", str(RULES)],
-        capture_output=True,
-        text=True,
-        check=False,
+        [find_binary("promtool"), *args], capture_output=True, text=True, check=False
     )
     assert result.returncode == 0, result.stdout + result.stderr
+
+
+def _rule_test(
+    tmp_path: Path, input_series: list[dict[str, str]], alert_rule_test: list[dict[str, Any]]
+) -> None:
+    """promtool's rule unit test of the rule file: given ``input_series`` scraped every 15s,
+    the alerts are as ``alert_rule_test`` expects."""
+    tests = {
+        "rule_files": [str(RULES)],
+        "evaluation_interval": "15s",
+        "tests": [
+            {"interval": "15s", "input_series": input_series, "alert_rule_test": alert_rule_test}
+        ],
+    }
+    path = tmp_path / "rules_test.yml"
+    path.write_text(yaml.safe_dump(tests))
+    _promtool("test", "rules", str(path))
+
+
+def test_the_rules_pass_promtool_check(tmp_path: Path) -> None:
+    """promtool accepts the rule file."""
+    _promtool("check", "rules", str(RULES))
 
 
 def test_the_rules_fire_when_nobody_leads_and_when_the_outbox_is_stuck(tmp_path: Path) -> None:
     """promtool's rule unit test: no leader for a minute fires; a leader does not; an outbox
     whose oldest alert ages past five minutes fires."""
-    tests = {
-        "rule_files": [str(RULES)],
-        "evaluation_interval": "15s",
-        "tests": [
+    _rule_test(
+        tmp_path,
+        [
+            {"series": 'rolloutd_leader{daemon="a",instance="h1:9467"}', "values": "1x4 0x12"},
+            {"series": 'rolloutd_leader{daemon="b",instance="h2:9467"}', "values": "0x16"},
             {
-                "interval": "15s",
-                "input_series": [
-                    {
-                        "series": 'rolloutd_leader{daemon="a",instance="h1:9467"}',
-                        "values": "1x4 0x12",
-                    },
-                    {"series": 'rolloutd_leader{daemon="b",instance="h2:9467"}', "values": "0x16"},
-                    {
-                        "series": 'rolloutd_outbox_oldest_pending_age_seconds{instance="h1:9467"}',
-                        "values": "0+15x40",
-                    },
-                ],
-                "alert_rule_test": [
-                    {"eval_time": "1m", "alertname": "RolloutdNotLeading", "exp_alerts": []},
-                    {
-                        "eval_time": "3m",
-                        "alertname": "RolloutdNotLeading",
-                        "exp_alerts": [
-                            {
-                                "exp_labels": {"severity": "critical"},
-                                "exp_annotations": {
-                                    "summary": "No rolloutd instance holds the leader lease",
-                                    "description": _description("RolloutdNotLeading"),
-                                },
-                            }
-                        ],
-                    },
-                    {"eval_time": "6m", "alertname": "RolloutdOutboxStuck", "exp_alerts": []},
-                    {
-                        "eval_time": "8m",
-                        "alertname": "RolloutdOutboxStuck",
-                        "exp_alerts": [
-                            {
-                                "exp_labels": {"severity": "critical"},
-                                "exp_annotations": {
-                                    "summary": "rolloutd alerts have waited 8m 0s for Slack",
-                                    "description": _description("RolloutdOutboxStuck"),
-                                },
-                            }
-                        ],
-                    },
-                ],
-            }
+                "series": 'rolloutd_outbox_oldest_pending_age_seconds{instance="h1:9467"}',
+                "values": "0+15x40",
+            },
         ],
-    }
-    path = tmp_path / "rules_test.yml"
-    path.write_text(yaml.safe_dump(tests))
-    result = subprocess.run(
-        [find_binary("promtool"), "test", "rules", str(path)],
-        capture_output=True,
-        text=True,
-        check=False,
+        [
+            _quiet("RolloutdNotLeading", "1m"),
+            _fires(
+                "RolloutdNotLeading",
+                "3m",
+                "No rolloutd instance holds the leader lease",
+                severity="critical",
+            ),
+            _quiet("RolloutdOutboxStuck", "6m"),
+            _fires(
+                "RolloutdOutboxStuck",
+                "8m",
+                "rolloutd alerts have waited 8m 0s for Slack",
+                severity="critical",
+            ),
+        ],
     )
-    assert result.returncode == 0, result.stdout + result.stderr
 
 
 def test_a_rollback_for_missing_data_fires_its_own_alert(tmp_path: Path) -> None:
     """promtool's rule unit test: a rollback counted with cause no_data fires the warning for
     its rollout; a rollback for a breached gate does not."""
     labels = 'rollout="7",service="atlas-70b",environment="production"'
-    tests = {
-        "rule_files": [str(RULES)],
-        "evaluation_interval": "15s",
-        "tests": [
+    _rule_test(
+        tmp_path,
+        [
             {
-                "interval": "15s",
-                "input_series": [
-                    {
-                        "series": f'rolloutd_rollbacks_total{{cause="no_data",{labels}}}',
-                        "values": "0x8 1x20",
-                    },
-                    {
-                        "series": f'rolloutd_rollbacks_total{{cause="gate",{labels}}}',
-                        "values": "0x28",
-                    },
-                    {
-                        "series": 'rolloutd_rollbacks_total{cause="gate",rollout="8",'
-                        'service="atlas-70b",environment="staging"}',
-                        "values": "0x8 1x20",
-                    },
-                ],
-                "alert_rule_test": [
-                    {
-                        "eval_time": "1m",
-                        "alertname": "RolloutdRolledBackForMissingData",
-                        "exp_alerts": [],
-                    },
-                    {
-                        "eval_time": "3m",
-                        "alertname": "RolloutdRolledBackForMissingData",
-                        "exp_alerts": [
-                            {
-                                "exp_labels": {
-                                    "severity": "warning",
-                                    "rollout": "7",
-                                    "service": "atlas-70b",
-                                    "environment": "production",
-                                },
-                                "exp_annotations": {
-                                    "summary": "atlas-70b (production): rollout 7 rolled back "
-                                    "for missing data",
-                                    "description": _description("RolloutdRolledBackForMissingData"),
-                                },
-                            }
-                        ],
-                    },
-                ],
-            }
+                "series": f'rolloutd_rollbacks_total{{cause="no_data",{labels}}}',
+                "values": "0x8 1x20",
+            },
+            {"series": f'rolloutd_rollbacks_total{{cause="gate",{labels}}}', "values": "0x28"},
+            {
+                "series": 'rolloutd_rollbacks_total{cause="gate",rollout="8",'
+                'service="atlas-70b",environment="staging"}',
+                "values": "0x8 1x20",
+            },
         ],
-    }
-    path = tmp_path / "rules_test.yml"
-    path.write_text(yaml.safe_dump(tests))
-    result = subprocess.run(
-        [find_binary("promtool"), "test", "rules", str(path)],
-        capture_output=True,
-        text=True,
-        check=False,
+        [
+            _quiet("RolloutdRolledBackForMissingData", "1m"),
+            _fires(
+                "RolloutdRolledBackForMissingData",
+                "3m",
+                "atlas-70b (production): rollout 7 rolled back for missing data",
+                severity="warning",
+                rollout="7",
+                service="atlas-70b",
+                environment="production",
+            ),
+        ],
     )
-    assert result.returncode == 0, result.stdout + result.stderr
 
 
 def test_rules_and_dashboard_name_only_metrics_rolloutd_exports(store: StoreHandle) -> None:

@@ -11,40 +11,21 @@ import pytest
 from structlog.testing import capture_logs
 
 from rolloutd.alerts.sender import BACKOFF_CAP, classify
-from rolloutd.store.outbox import enqueue_message
-from tests.outbox.harness import SECRET, Harness
+from tests.outbox.harness import SECRET, Harness, SlackRig
 from tests.outbox.slack import SlackServer
 
 if TYPE_CHECKING:
     from conftest import StoreHandle
 
 
-class Rig:
+class Rig(SlackRig):
     """A harness whose two channels point at one Slack-like server."""
-
-    def __init__(self, store: StoreHandle, slack: SlackServer) -> None:
-        self.slack = slack
-        self.ops_url = slack.webhook(f"ops-{SECRET}")
-        self.oncall_url = slack.webhook(f"oncall-{SECRET}")
-        env = {"SLACK_WEBHOOK_OPS": self.ops_url, "SLACK_WEBHOOK_ONCALL": self.oncall_url}
-        self.h = Harness(store, env, timeout=0.3)
-        slack.clock = self.h.clock
 
     def queue(self, count: int, *, webhook_env: str = "SLACK_WEBHOOK_OPS", tag: str = "m") -> None:
         """Put ``count`` numbered messages in the outbox for one webhook."""
-        with self.h.store.sessions.begin() as session:
-            for i in range(count):
-                enqueue_message(
-                    session,
-                    key=f"test/{tag}-{i}",
-                    rollout_id=self.h.rollout_id,
-                    topic="rollback_started",
-                    severity="critical",
-                    channel=webhook_env.removeprefix("SLACK_WEBHOOK_").lower(),
-                    webhook_env=webhook_env,
-                    message={"text": f"{tag}-{i}", "blocks": []},
-                    now=self.h.clock(),
-                )
+        channel = webhook_env.removeprefix("SLACK_WEBHOOK_").lower()
+        for i in range(count):
+            self.enqueue(f"{tag}-{i}", webhook_env, channel)
 
     def statuses(self) -> list[str]:
         return [m["status"] for m in self.h.outbox()]
@@ -53,8 +34,8 @@ class Rig:
 @pytest.fixture
 def rig(store: StoreHandle) -> Iterator[Rig]:
     """A Slack-like server and a rollout harness whose sender posts to it."""
-    with SlackServer(clock=lambda: None) as slack:  # type: ignore[arg-type, return-value]
-        yield Rig(store, slack)
+    with Rig.running(store) as rig:
+        yield rig
 
 
 def test_a_message_slack_accepts_is_marked_sent(rig: Rig) -> None:

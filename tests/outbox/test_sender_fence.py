@@ -11,42 +11,24 @@ import pytest
 from rolloutd.alerts.webhooks import Webhooks
 from rolloutd.store import lease
 from rolloutd.store.lease import Held
-from rolloutd.store.outbox import enqueue_message, list_messages
-from tests.outbox.harness import SECRET, Harness
+from rolloutd.store.outbox import list_messages
+from tests.outbox.harness import SlackRig
 from tests.outbox.slack import SlackServer
 
 if TYPE_CHECKING:
     from conftest import StoreHandle
 
 
-class Rig:
+class Rig(SlackRig):
     """Two channels on one Slack-like server, and a way to lose the lease mid-run."""
 
     def __init__(self, store: StoreHandle, slack: SlackServer) -> None:
-        self.slack = slack
-        self.ops_url = slack.webhook(f"ops-{SECRET}")
-        env = {
-            "SLACK_WEBHOOK_OPS": self.ops_url,
-            "SLACK_WEBHOOK_ONCALL": slack.webhook(f"oncall-{SECRET}"),
-        }
-        self.h = Harness(store, env, timeout=0.3)
-        slack.clock = self.h.clock
+        super().__init__(store, slack)
         self.successor: Held | None = None
 
     def queue(self, webhook_env: str, tag: str) -> None:
         """One message for one webhook."""
-        with self.h.store.sessions.begin() as session:
-            enqueue_message(
-                session,
-                key=f"test/{tag}",
-                rollout_id=self.h.rollout_id,
-                topic="rollback_started",
-                severity="critical",
-                channel=tag,
-                webhook_env=webhook_env,
-                message={"text": tag, "blocks": []},
-                now=self.h.clock(),
-            )
+        self.enqueue(tag, webhook_env, channel=tag)
 
     def take_over(self) -> None:
         """Another instance takes the lease (a higher epoch); ours still looks valid to us, as
@@ -88,8 +70,8 @@ class LosingWebhooks(Webhooks):
 @pytest.fixture
 def rig(store: StoreHandle) -> Iterator[Rig]:
     """A Slack-like server and a rollout harness whose sender posts to it."""
-    with SlackServer(clock=lambda: None) as slack:  # type: ignore[arg-type, return-value]
-        yield Rig(store, slack)
+    with Rig.running(store) as rig:
+        yield rig
 
 
 @pytest.mark.parametrize(

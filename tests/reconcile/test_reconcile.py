@@ -10,25 +10,22 @@ from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
 import pytest
-import yaml
 from prometheus_client.parser import text_string_to_metric_families
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from rolloutd.analysis.sources import MemoryMetrics
 from rolloutd.core.actions import CommandKind
 from rolloutd.core.progress import Progress
 from rolloutd.daemon.metrics import DaemonMetrics
 from rolloutd.errors import PermanentError, TemporaryError
-from rolloutd.operations import start_rollout, submit_command
-from rolloutd.planfile import parse_plan
-from rolloutd.reconcile import STUCK_AFTER_ATTEMPTS, NotLeading, Reconciler
+from rolloutd.operations import submit_command
+from rolloutd.reconcile import STUCK_AFTER_ATTEMPTS, NotLeading
 from rolloutd.routers.base import MemoryRouter, Router, RouterState
 from rolloutd.store import lease, queries
 from rolloutd.store.models import Action
 from rolloutd.store.models import Command as CommandRow
 from tests.plans import memory_plan
-from tests.twins import Clock, Twins
+from tests.twins import Leader
 
 if TYPE_CHECKING:
     from conftest import StoreHandle
@@ -38,42 +35,16 @@ T0 = datetime(2026, 3, 2, 9, 0, tzinfo=UTC)
 PLAN = memory_plan(limits={"max_inconclusive": 2})
 
 
-class Harness:
-    """A leader (lease held in the database), a reconciler and one rollout."""
+class Harness(Leader):
+    """A leader (lease held in the database), a reconciler and one rollout with passing
+    canary metrics."""
 
     def __init__(
         self, store: StoreHandle, router: Router | None = None, plan: dict[str, Any] | None = None
     ) -> None:
-        self.store = store
-        self.clock = Clock(T0)
-        self.router = router or MemoryRouter()
-        self.metrics = MemoryMetrics()
+        super().__init__(store, plan or PLAN, start=T0, router=router)
         self.metrics.set("queue_timeout_rate", "canary", 0.002, samples=500)
         self.metrics.set("oom_events", "canary", 0)
-        self.held = self.acquire("me")
-        self.reconciler = Reconciler(
-            store.sessions,
-            Twins(self.router, self.metrics),
-            clock=self.clock,
-            lease=lambda: self.held,
-            instance="test",
-        )
-        with store.sessions.begin() as session:
-            loaded = parse_plan(yaml.safe_dump(plan or PLAN), "plan.yaml")
-            self.rollout_id = start_rollout(session, loaded, actor="alice", now=self.clock())
-
-    def acquire(self, holder: str) -> lease.Held:
-        with self.store.sessions.begin() as session:
-            held = lease.acquire(
-                session, holder=holder, ttl=timedelta(hours=1000), now=self.clock()
-            )
-        assert held is not None
-        return held
-
-    def tick(self, **advance: float) -> str:
-        if advance:
-            self.clock.advance(**advance)
-        return self.reconciler.tick(self.rollout_id).state.value
 
     def command(self, kind: CommandKind, reason: str | None = None) -> None:
         with self.store.sessions.begin() as session:
@@ -167,13 +138,7 @@ def test_an_attempt_written_but_never_performed_is_performed_on_the_next_tick(
         (row,) = [a for a in _actions(session, h.rollout_id) if a.kind == "set_weight"]
         queries.reopen_action(session, row.id)
     fresh = MemoryRouter()
-    h.reconciler = Reconciler(
-        store.sessions,
-        Twins(fresh, h.metrics),
-        clock=h.clock,
-        lease=lambda: h.held,
-        instance="test",
-    )
+    h.reconciler = h.new_reconciler(fresh)
     h.tick(seconds=5)
     assert fresh.read_weight().weight == 5
     assert "drift" not in h.events()

@@ -10,21 +10,20 @@ from __future__ import annotations
 
 import json
 import subprocess
-import sys
 import textwrap
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import pytest
 import yaml
-from sqlalchemy import update
 
 from rolloutd.core.progress import Desired, Progress
 from rolloutd.operations import start_rollout
 from rolloutd.planfile import parse_plan
 from rolloutd.store import queries
-from rolloutd.store.models import Lease
+from tests.plans import file_plan
+from tests.twins import CHILD_LEADER, run_child
 
 if TYPE_CHECKING:
     from conftest import StoreHandle
@@ -37,40 +36,35 @@ BAKE = timedelta(hours=1)
 # Ticks of the reconciler in a child process. Every weight handed to the router is appended
 # to SENDS; asked to send KILL_AT, the child SIGKILLs itself before the router file changes.
 # The rollout clock runs SKEW seconds ahead of the wall clock the lease lives on.
-CHILD = textwrap.dedent(
-    """
-    import os, signal, sys
-    from datetime import UTC, datetime, timedelta
-    from rolloutd.drivers import PlanDrivers
-    from rolloutd.reconcile import Reconciler
-    from rolloutd.routers.filedriver import FileRouter
-    from rolloutd.store import lease
-    from rolloutd.store.db import make_engine, session_factory
+CHILD = (
+    textwrap.dedent(
+        """
+        import os, signal, sys
+        from datetime import UTC, datetime, timedelta
+        from rolloutd.routers.filedriver import FileRouter
 
-    url, rollout_id, ticks = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
-    skew, kill_at, sends = timedelta(seconds=float(sys.argv[4])), int(sys.argv[5]), sys.argv[6]
-    real = FileRouter.set_weight
+        rollout_id, ticks = int(sys.argv[2]), int(sys.argv[3])
+        skew, kill_at, sends = timedelta(seconds=float(sys.argv[4])), int(sys.argv[5]), sys.argv[6]
+        real = FileRouter.set_weight
 
-    def set_weight(self, weight, *, mirror=False):
-        if weight == kill_at:
-            os.kill(os.getpid(), signal.SIGKILL)
-        with open(sends, "a") as log:
-            log.write(f"{weight}\\n")
-        return real(self, weight, mirror=mirror)
+        def set_weight(self, weight, *, mirror=False):
+            if weight == kill_at:
+                os.kill(os.getpid(), signal.SIGKILL)
+            with open(sends, "a") as log:
+                log.write(f"{weight}\\n")
+            return real(self, weight, mirror=mirror)
 
-    FileRouter.set_weight = set_weight
-    sessions = session_factory(make_engine(url))
-    wall = lambda: datetime.now(UTC)
-    with sessions.begin() as session:
-        held = lease.acquire(session, holder=f"child-{os.getpid()}", ttl=timedelta(minutes=5),
-                             now=wall())
-    assert held is not None, "the lease is taken"
-    reconciler = Reconciler(sessions, PlanDrivers(), clock=lambda: wall() + skew, wall=wall,
-                            lease=lambda: held, instance=f"child-{os.getpid()}")
-    for _ in range(ticks):
-        if reconciler.tick(rollout_id).state.value == "rolled_back":
-            break
-    """
+        FileRouter.set_weight = set_weight
+        """
+    )
+    + CHILD_LEADER
+    + textwrap.dedent(
+        """
+        for _ in range(ticks):
+            if reconciler.tick(rollout_id).state.value == "rolled_back":
+                break
+        """
+    )
 )
 
 
@@ -84,25 +78,7 @@ class World:
         self.metrics_file = tmp / "metrics.json"
         self.sends_file = tmp / "sends.txt"
         self.set_oom_events(0)
-        plan_data: dict[str, Any] = {
-            "name": "crash-between-fact-and-send",
-            "service": "atlas-70b",
-            "environment": "staging",
-            "pools": {
-                "stable": {"replicas": [{"name": "s1", "url": "http://127.0.0.1:9"}]},
-                "canary": {"replicas": [{"name": "c1", "url": "http://127.0.0.1:9"}]},
-            },
-            "router": {"driver": "file", "path": str(self.weight_file)},
-            "metrics": {"source": "file", "path": str(self.metrics_file)},
-            "artefacts": {"stable": "build-old", "canary": "build-new"},
-            "gates": {"crash": {"kind": "events", "signal": "oom_events", "window": "1m"}},
-            "steps": [
-                {"kind": "canary", "weight": 5, "bake": "1h"},
-                {"kind": "canary", "weight": 25, "bake": "1h"},
-                {"kind": "full"},
-            ],
-            "rollback": {"triggers": ["crash"]},
-        }
+        plan_data = file_plan("crash-between-fact-and-send", self.weight_file, self.metrics_file)
         loaded = parse_plan(yaml.safe_dump(plan_data), "plan.yaml")
         with store.sessions.begin() as session:
             self.rollout_id = start_rollout(session, loaded, actor="alice", now=datetime.now(UTC))
@@ -115,16 +91,8 @@ class World:
         self, *, ticks: int, ahead: timedelta = timedelta(0), kill_at: int = -1
     ) -> subprocess.CompletedProcess[str]:
         """Ticks of a fresh reconciler process, taking over the (expired) lease of the last."""
-        with self.store.sessions.begin() as session:
-            session.execute(update(Lease).values(expires_at=datetime.now(UTC) - timedelta(1)))
-        argv = [self.store.url, str(self.rollout_id), str(ticks), str(ahead.total_seconds())]
-        return subprocess.run(
-            [sys.executable, "-c", CHILD, *argv, str(kill_at), str(self.sends_file)],
-            capture_output=True,
-            text=True,
-            timeout=60,
-            check=False,
-        )
+        argv = [str(self.rollout_id), str(ticks), str(ahead.total_seconds()), str(kill_at)]
+        return run_child(self.store, CHILD, *argv, str(self.sends_file))
 
     def at_five_percent(self) -> None:
         """Two ticks: the rollout starts, sends 5% and verifies it on the router."""

@@ -2,7 +2,7 @@
 lands within that timeout, and an ended rollout's router stays verified while an
 ex-leader's late write could still land.
 
-Wall and rollout time are fake clocks; the lease is a real row (held for 1000 h), and the
+Wall and rollout time are fake clocks; the lease is a real row (held for 10,000 h), and the
 lease the shell checks is the harness's ``held``, moved to end when a test says so.
 """
 
@@ -12,7 +12,7 @@ import json
 from dataclasses import replace
 from datetime import timedelta
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NamedTuple
 
 import pytest
 import yaml
@@ -29,18 +29,19 @@ if TYPE_CHECKING:
     from conftest import StoreHandle
 
 
-def _lease_ends_in(h: Harness, seconds: float) -> None:
+def _lease_ending_in(store: StoreHandle, seconds: float) -> tuple[Harness, MemoryRouter]:
+    """A harness on the memory router whose lease ends ``seconds`` from now, and its router."""
+    h = Harness(store)
     h.held = replace(h.held, expires_at=h.clock() + timedelta(seconds=seconds))
+    assert isinstance(h.router, MemoryRouter)
+    return h, h.router
 
 
 def test_no_router_write_starts_when_the_lease_ends_within_the_drivers_timeout(
     store: StoreHandle,
 ) -> None:
     """Lease left 2.5 s (> the 2 s margin, < margin + the memory router's 1 s): nothing sent."""
-    h = Harness(store)
-    router = h.router
-    assert isinstance(router, MemoryRouter)
-    _lease_ends_in(h, 2.5)
+    h, router = _lease_ending_in(store, 2.5)
     with pytest.raises(NotLeading):
         h.tick()
     assert router.history == []
@@ -50,10 +51,7 @@ def test_a_router_write_starts_when_the_lease_outlives_the_drivers_timeout(
     store: StoreHandle,
 ) -> None:
     """Lease left 3.5 s (> 2 s margin + 1 s timeout): the first step's weight is sent."""
-    h = Harness(store)
-    router = h.router
-    assert isinstance(router, MemoryRouter)
-    _lease_ends_in(h, 3.5)
+    h, router = _lease_ending_in(store, 3.5)
     assert h.tick() == "running"
     assert router.history == [RouterState(5)]
 
@@ -92,6 +90,23 @@ def _rolled_back(store: StoreHandle, router: MemoryRouter | FileRouter) -> Harne
     return h
 
 
+class AfterLateWrite(NamedTuple):
+    """What an ended rollout's tick made of an ex-leader's late write."""
+
+    state: str
+    watching: bool
+    weight: RouterState  # the router's, after the tick
+    drifts: int  # drift events recorded, in all
+
+
+def _late_write(h: Harness, weight: int) -> AfterLateWrite:
+    """An ex-leader's write of ``weight`` lands on the router, then the ended rollout ticks."""
+    h.router.set_weight(weight)
+    result = h.reconciler.tick(h.rollout_id)
+    drifts = h.events().count("drift")
+    return AfterLateWrite(result.state.value, result.watching, h.router.read_weight(), drifts)
+
+
 @pytest.mark.parametrize("kind", ["memory", "file"])
 def test_a_late_write_after_a_rollback_is_repaired_within_the_window(
     store: StoreHandle, tmp_path: Path, kind: str
@@ -101,12 +116,8 @@ def test_a_late_write_after_a_rollback_is_repaired_within_the_window(
     h = _rolled_back(store, router)
     window = h.reconciler.watch_window(router)
     assert window == 2 * timedelta(seconds=15) + timedelta(seconds=10)
-    router.set_weight(30)  # the old leader wakes and writes the weight it had committed
-    result = h.reconciler.tick(h.rollout_id)
-    assert result.state.value == "rolled_back"
-    assert result.watching
-    assert router.read_weight() == RouterState(0)
-    assert h.events().count("drift") == 1
+    # The old leader wakes and writes the weight it had committed.
+    assert _late_write(h, 30) == ("rolled_back", True, RouterState(0), 1)
 
 
 def test_a_rollout_ended_before_the_window_is_left_alone(store: StoreHandle) -> None:
@@ -114,11 +125,7 @@ def test_a_rollout_ended_before_the_window_is_left_alone(store: StoreHandle) -> 
     router = MemoryRouter()
     h = _rolled_back(store, router)
     h.clock.advance(seconds=h.reconciler.watch_window(router).total_seconds() + 1)
-    router.set_weight(30)
-    result = h.reconciler.tick(h.rollout_id)
-    assert not result.watching
-    assert router.read_weight() == RouterState(30)
-    assert "drift" not in h.events()
+    assert _late_write(h, 30) == ("rolled_back", False, RouterState(30), 0)
 
 
 def test_an_ended_rollout_leaves_the_router_to_the_next_rollout_of_its_service(
@@ -131,11 +138,8 @@ def test_an_ended_rollout_leaves_the_router_to_the_next_rollout_of_its_service(
     with store.sessions.begin() as session:
         loaded = parse_plan(yaml.safe_dump(PLAN), "plan.yaml")
         start_rollout(session, loaded, actor="bob", now=h.clock())
-    router.set_weight(30)  # the next rollout's step
-    result = h.reconciler.tick(h.rollout_id)
-    assert not result.watching
-    assert router.read_weight() == RouterState(30)
-    assert "drift" not in h.events()
+    # The next rollout's step.
+    assert _late_write(h, 30) == ("rolled_back", False, RouterState(30), 0)
 
 
 def test_a_completed_rollout_is_kept_at_its_final_weight_within_the_window(
@@ -143,7 +147,6 @@ def test_a_completed_rollout_is_kept_at_its_final_weight_within_the_window(
 ) -> None:
     """After completion, a late write of an earlier step's weight is put back to 100%."""
     h = Harness(store)
-    router = h.router
     h.tick()
     h.tick(seconds=5)
     h.tick(hours=48)
@@ -153,7 +156,4 @@ def test_a_completed_rollout_is_kept_at_its_final_weight_within_the_window(
     h.tick(seconds=5)
     h.tick(seconds=5)
     assert h.tick(seconds=5) == "completed"
-    router.set_weight(25)
-    assert h.reconciler.tick(h.rollout_id).watching
-    assert router.read_weight() == RouterState(100)
-    assert h.events().count("drift") == 1
+    assert _late_write(h, 25) == ("completed", True, RouterState(100), 1)

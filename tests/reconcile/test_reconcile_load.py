@@ -14,24 +14,22 @@ import dataclasses
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import pytest
-import yaml
 
 from rolloutd.cli import render
 from rolloutd.demo.splitter import Splitter
-from rolloutd.operations import start_rollout, status_view
-from rolloutd.planfile import parse_plan
-from rolloutd.reconcile import Reconciler
+from rolloutd.operations import status_view
 from rolloutd.routers.filedriver import FileRouter
 from rolloutd.sim.config import REFERENCE_STABLE
 from rolloutd.sim.fleet import Fleet, ReplicaSpec
 from rolloutd.sim.traffic import TrafficGenerator
-from rolloutd.store import lease, queries
-from tests.twins import Clock, Twins
+from rolloutd.store import queries
+from tests.plans import memory_plan
+from tests.twins import Leader
 
 if TYPE_CHECKING:
     from conftest import StoreHandle
@@ -86,17 +84,13 @@ def _plan(world: World) -> dict[str, Any]:
         pool: {"replicas": [{"name": n, "url": u} for n, u in world.fleet.urls(pool).items()]}
         for pool in ("stable", "canary")
     }
-    return {
-        "name": "slow-under-load",
-        "service": "atlas-70b",
-        "environment": "staging",
-        "pools": replicas,
-        "router": {"driver": "file", "path": str(world.weights)},
-        "metrics": {"source": "simulator"},
-        "artefacts": {"stable": "msl32768", "canary": "msl65536"},
-        "interval": "30s",
-        "trigger_interval": "5s",
-        "gates": {
+    return memory_plan(
+        name="slow-under-load",
+        pools=replicas,
+        router={"driver": "file", "path": str(world.weights)},
+        metrics={"source": "simulator"},
+        artefacts={"stable": "msl32768", "canary": "msl65536"},
+        gates={
             "latency": {
                 "kind": "latency",
                 "signal": "e2e_latency",
@@ -105,43 +99,26 @@ def _plan(world: World) -> dict[str, Any]:
                 "window": "1h",
             },
         },
-        "steps": [
+        steps=[
             {"kind": "canary", "weight": 5, "bake": "1h"},
             {"kind": "canary", "weight": 25, "bake": "1h", "gates": ["latency"]},
             {"kind": "full"},
         ],
-        "rollback": {"triggers": ["latency"]},
-    }
+        triggers=("latency",),
+    )
 
 
-class Rollout:
+class Rollout(Leader):
     """The rollout of ``_plan`` driven by a reconciler on a fake clock, over ``world``."""
 
     def __init__(self, store: StoreHandle, world: World) -> None:
-        self.store = store
-        self.clock = Clock(T0)
-        with store.sessions.begin() as session:
-            held = lease.acquire(session, holder="me", ttl=timedelta(hours=1000), now=T0)
-            loaded = parse_plan(yaml.safe_dump(_plan(world)), "plan.yaml")
-            self.id = start_rollout(session, loaded, actor="alice", now=T0)
-        assert held is not None
-        self.router = FileRouter(world.weights)
-        self.reconciler = Reconciler(
-            store.sessions,
-            Twins(self.router, world.fleet.metrics()),
-            clock=self.clock,
-            lease=lambda: held,
-            instance="test",
-        )
-
-    def tick(self, **advance: float) -> str:
-        self.clock.advance(**advance)
-        return self.reconciler.tick(self.id).state.value
+        router, metrics = FileRouter(world.weights), world.fleet.metrics()
+        super().__init__(store, _plan(world), start=T0, router=router, metrics=metrics)
 
     def latest(self) -> Any:
         """The latency gate's newest stored evaluation."""
         with self.store.sessions() as session:
-            return queries.latest_evaluations(session, self.id)["latency"]
+            return queries.latest_evaluations(session, self.rollout_id)["latency"]
 
     def tick_until(self, done: Callable[[str, Any], bool], timeout: float = 60.0) -> list[Any]:
         """Tick every half second of real time (5 s on the rollout's clock) until ``done``
@@ -158,7 +135,7 @@ class Rollout:
 
     def status(self) -> dict[str, Any]:
         with self.store.sessions() as session:
-            return status_view(session, queries.get_rollout(session, self.id))
+            return status_view(session, queries.get_rollout(session, self.rollout_id))
 
 
 @pytest.fixture

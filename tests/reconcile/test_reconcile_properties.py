@@ -23,11 +23,10 @@ from hypothesis import strategies as st
 
 from rolloutd.core.progress import Progress
 from rolloutd.errors import PermanentError, Refused, TemporaryError
-from rolloutd.reconcile import NotLeading, Reconciler
+from rolloutd.reconcile import NotLeading
 from rolloutd.routers.base import MemoryRouter, RouterState
 from rolloutd.store import queries
 from tests.reconcile.test_reconcile import PLAN, Harness
-from tests.twins import Twins
 
 if TYPE_CHECKING:
     from conftest import StoreHandle
@@ -93,6 +92,8 @@ class FaultyRouter(MemoryRouter):
             return Progress.from_storage(queries.get_rollout(session, self.rollout_id).progress)
 
 
+# The router fault each drawn fault operation turns on: to its argument, or to True.
+FAULTS = {"fail": "failing", "down": "down", "refuse": "refused", "crash": "crash"}
 SECONDS = [1, 5, 30, 301, 3600, 48 * 3600 + 60]
 TICK = st.tuples(st.just("tick"), st.sampled_from(SECONDS))
 OPS = st.one_of(
@@ -126,13 +127,7 @@ class World:
         """A new process takes over with a new reconciler (same lease, same database)."""
         h = self.h
         h.reconciler.close()
-        h.reconciler = Reconciler(
-            self.store.sessions,
-            Twins(self.router, h.metrics),
-            clock=h.clock,
-            lease=lambda: h.held,
-            instance=f"test-{uuid.uuid4().hex[:4]}",
-        )
+        h.reconciler = h.new_reconciler(instance=f"test-{uuid.uuid4().hex[:4]}")
 
     def tick(self, seconds: float = 0) -> None:
         """One tick; a crash restarts the process, a temporary failure is what ticks ride out."""
@@ -145,19 +140,12 @@ class World:
 
     def apply(self, op: str, arg: Any) -> None:
         """Play one drawn operation."""
-        router = self.router
         if op == "tick":
             self.tick(arg)
-        elif op == "fail":
-            router.failing = arg
-        elif op == "down":
-            router.down = True
+        elif op in FAULTS:
+            setattr(self.router, FAULTS[op], True if arg is None else arg)
         elif op == "up":
-            router.heal()
-        elif op == "refuse":
-            router.refused = arg
-        elif op == "crash":
-            router.crash = True
+            self.router.heal()
         elif op == "restart":
             self.restart()
         elif op == "oom":

@@ -227,36 +227,19 @@ class HAProxyService:
         canary = "\n".join(
             f"    server {name} 127.0.0.1:{pools.canary.port} weight 0" for name in CANARY_SERVERS
         )
-        self.config.write_text(
-            f"""global
-    stats socket {self.socket} mode 600 level admin
-    stats socket ipv4@127.0.0.1:{self.tcp_port} level admin
+        self._write_config(
+            f"{stable}\n{canary}",
+            timeout="10s",
+            more_sockets=f"""    stats socket ipv4@127.0.0.1:{self.tcp_port} level admin
     stats socket {self.operator_socket} mode 600 level operator
-    server-state-file {self.state_file}
-
-defaults
-    mode http
-    timeout connect 2s
-    timeout client 10s
-    timeout server 10s
-    load-server-state-from-file global
-
-frontend sessions
-    bind 127.0.0.1:{self.port}
-    use_backend {STATIC_BACKEND} if {{ path_beg /static }}
-    default_backend {BACKEND}
-
-backend {BACKEND}
-    balance hdr({HEADER})
-    hash-type consistent
-{stable}
-{canary}
-
+""",
+            routing=f"    use_backend {STATIC_BACKEND} if {{ path_beg /static }}\n",
+            more_backends=f"""
 backend {STATIC_BACKEND}
     balance hdr({HEADER})
     server gpu-a 127.0.0.1:{pools.stable.port} weight 100
     server gpu-d 127.0.0.1:{pools.canary.port} weight 100
-"""
+""",
         )
 
     def _prepare(self, directory: Path, binary: str) -> None:
@@ -271,6 +254,41 @@ backend {STATIC_BACKEND}
         self.port = free_port()
         self.tcp_port = free_port()
         self.process: subprocess.Popen[bytes] | None = None
+
+    def _write_config(
+        self,
+        servers: str,
+        *,
+        timeout: str,
+        more_sockets: str = "",
+        routing: str = "",
+        more_backends: str = "",
+    ) -> None:
+        """The config file: the admin runtime API (and ``more_sockets``), the ``sessions``
+        frontend (``routing`` before its default) to the sticky backend of ``servers``, then
+        ``more_backends``; ``timeout`` for clients and servers alike."""
+        self.config.write_text(
+            f"""global
+    stats socket {self.socket} mode 600 level admin
+{more_sockets}    server-state-file {self.state_file}
+
+defaults
+    mode http
+    timeout connect 2s
+    timeout client {timeout}
+    timeout server {timeout}
+    load-server-state-from-file global
+
+frontend sessions
+    bind 127.0.0.1:{self.port}
+{routing}    default_backend {BACKEND}
+
+backend {BACKEND}
+    balance hdr({HEADER})
+    hash-type consistent
+{servers}
+{more_backends}"""
+        )
 
     def start(self) -> None:
         """Start haproxy and wait until its runtime API answers."""

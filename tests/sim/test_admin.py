@@ -7,8 +7,9 @@ import time
 import pytest
 
 from rolloutd.sim.engine import Replica
+from rolloutd.sim.exposition import Flavor
 from rolloutd.sim.fleet import Fleet, ReplicaSpec
-from rolloutd.sim.traffic import TrafficGenerator
+from rolloutd.sim.traffic import PoolTally, TrafficGenerator, TrafficReport
 
 from .helpers import CLIENT, sample
 
@@ -59,20 +60,28 @@ def test_vllm_restart_with_new_engine_args_changes_max_model_len() -> None:
         assert bad.status_code == 400 and "unknown engine argument" in bad.json()["error"]
 
 
-def test_escalation_fault_makes_sessions_end_with_a_human() -> None:
-    """With the model handing off every turn, almost every session escalates, per pool."""
-    specs = [ReplicaSpec("gpu-d", pool="canary", flavor="vllm")]
+def canary_sessions(
+    flavor: Flavor, sessions: int, concurrency: int, **faults: float
+) -> tuple[TrafficReport, str]:
+    """``sessions`` agent sessions through the gateway to a fleet of one canary replica of
+    ``flavor`` (with ``faults``): the agents' report and the gateway's exported metrics."""
+    specs = [ReplicaSpec("gpu-d", pool="canary", flavor=flavor)]
     with Fleet(specs, time_scale=1e-3) as fleet:
-        fleet.replica("gpu-d").set_faults(escalation_rate=1.0)
+        fleet.replica("gpu-d").set_faults(**faults)
         exporter = fleet.gateway.serve()
         report = TrafficGenerator(
             fleet.urls()["gpu-d"],
-            concurrency=5,
+            concurrency=concurrency,
             gateway=fleet.gateway,
             time_scale=1e-3,
-            max_sessions=20,
+            max_sessions=sessions,
         ).run()
-        text = CLIENT.get(f"{exporter}/metrics").text
+        return report, CLIENT.get(f"{exporter}/metrics").text
+
+
+def test_escalation_fault_makes_sessions_end_with_a_human() -> None:
+    """With the model handing off every turn, almost every session escalates, per pool."""
+    report, text = canary_sessions("vllm", 20, concurrency=5, escalation_rate=1.0)
     assert report.pools["canary"].handoffs > 0
     assert report.pools["canary"].escalations >= 15
     assert sample(text, "agent_sessions_total", pool="canary") == 20
@@ -98,7 +107,10 @@ def test_traffic_must_be_bounded_and_stops_on_request() -> None:
         with pytest.raises(ValueError, match="bound the traffic"):
             TrafficGenerator(replica.url).run()
         generator = TrafficGenerator(replica.url, concurrency=4, time_scale=1e-3).start()
-        time.sleep(0.2)
+        deadline = time.monotonic() + 10
+        while not generator.report.pools.get("stable", PoolTally()).sessions:
+            assert time.monotonic() < deadline, "no session got an answer"
+            time.sleep(0.01)
         started = time.monotonic()
         report = generator.stop()
         assert time.monotonic() - started < 1.0
@@ -109,17 +121,7 @@ def test_traffic_must_be_bounded_and_stops_on_request() -> None:
 def test_gateway_exports_latency_and_token_histograms_per_pool() -> None:
     """Every answered request lands in one duration bucket and one token bucket; the
     buckets are cumulative, reach past 32,768 tokens, and agree with what the agents saw."""
-    specs = [ReplicaSpec("gpu-d", pool="canary", flavor="triton")]
-    with Fleet(specs, time_scale=1e-3) as fleet:
-        exporter = fleet.gateway.serve()
-        report = TrafficGenerator(
-            fleet.urls()["gpu-d"],
-            concurrency=4,
-            gateway=fleet.gateway,
-            time_scale=1e-3,
-            max_sessions=6,
-        ).run()
-        text = CLIENT.get(f"{exporter}/metrics").text
+    report, text = canary_sessions("triton", 6, concurrency=4)
     answered = report.pools["canary"].ok
     assert answered > 0
     count = sample(text, "agent_request_duration_seconds_count", pool="canary")

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import threading
-import time
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING
 
@@ -12,6 +11,7 @@ from sqlalchemy import select, text, update
 
 from rolloutd.store import lease
 from rolloutd.store.models import Lease
+from tests.store.locks import wait_for_lock_wait
 
 if TYPE_CHECKING:
     from conftest import StoreHandle
@@ -104,7 +104,7 @@ def test_a_takeover_waits_for_the_leaders_write_in_flight(pg_store: StoreHandle)
 
     thread = threading.Thread(target=take_over)
     thread.start()
-    time.sleep(0.5)
+    wait_for_lock_wait(pg_store, "the takeover")
     assert taken == []  # blocked on the leader's FOR KEY SHARE lock
     writing.commit()
     writing.close()

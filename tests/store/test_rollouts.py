@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import threading
-import time
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
@@ -20,6 +19,7 @@ from rolloutd.store.queries import (
     list_rollouts,
     save_progress,
 )
+from tests.store.locks import wait_for_lock_wait
 
 if TYPE_CHECKING:
     from conftest import StoreHandle
@@ -122,7 +122,9 @@ def test_concurrent_creation_on_postgres_lets_exactly_one_win(pg_store: StoreHan
     winner_id = _create(winner)
     racer = threading.Thread(target=create_in_loser)
     racer.start()
-    _wait_for_lock_wait(pg_store)
+    # The loser has passed its check and is blocked on the unique index behind the winner's
+    # uncommitted row: only now is the race the one the index must settle.
+    wait_for_lock_wait(pg_store, "the second insert")
     winner.commit()
     racer.join(timeout=10)
     assert not racer.is_alive(), "the second creation never finished"
@@ -135,25 +137,6 @@ def test_concurrent_creation_on_postgres_lets_exactly_one_win(pg_store: StoreHan
     assert [r.id for r in list_rollouts(loser)] == [winner_id]
     winner.close()
     loser.close()
-
-
-def _wait_for_lock_wait(store: StoreHandle) -> None:
-    # The loser has passed its check and is blocked on the unique index behind the winner's
-    # uncommitted row: only now is the race the one the index must settle.
-    deadline = time.monotonic() + 5
-    with store.engine.connect() as watcher:
-        while time.monotonic() < deadline:
-            waiting = watcher.execute(
-                text(
-                    "SELECT count(*) FROM pg_stat_activity"
-                    " WHERE datname = current_database() AND wait_event_type = 'Lock'"
-                )
-            ).scalar()
-            if waiting:
-                return
-            watcher.rollback()
-            time.sleep(0.01)
-    pytest.fail("the second insert never waited on the first")
 
 
 def test_get_rollout_of_unknown_id_is_not_found(session: Session) -> None:

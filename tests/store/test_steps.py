@@ -2,82 +2,41 @@
 
 from __future__ import annotations
 
-from datetime import UTC, datetime, timedelta
+from datetime import timedelta
+from functools import partial
 
 from sqlalchemy.orm import Session
 
-from rolloutd.store.queries import create_rollout, list_steps, upsert_step
-
-T0 = datetime(2025, 3, 1, 9, 0, tzinfo=UTC)
+from rolloutd.store.queries import list_steps, upsert_step
+from tests.store.seed import T0, seed_rollout
 
 
 def test_step_timestamps_keep_their_first_value(session: Session) -> None:
     """Later upserts fill empty timestamps but never overwrite one already set."""
-    rollout_id = create_rollout(
-        session,
-        name="r",
-        service="agent-70b",
-        environment="prod",
-        plan_hash="f" * 64,
-        plan_source="",
-        plan_path="plan.yaml",
-        progress={},
-        state="canary",
-        actor="alice",
-        now=T0,
-    )
+    rollout_id = seed_rollout(session)
     entered, verified, again = (T0 + timedelta(minutes=m) for m in (1, 2, 30))
-    step = upsert_step(
+    canary_5 = partial(
+        upsert_step,
         session,
         rollout_id=rollout_id,
         step_index=1,
         name="canary-5",
         kind="weight",
         weight=5,
-        entered_at=entered,
     )
+    step = canary_5(entered_at=entered)
     assert (step.entered_at, step.verified_at, step.completed_at) == (entered, None, None)
 
-    step = upsert_step(
-        session,
-        rollout_id=rollout_id,
-        step_index=1,
-        name="canary-5",
-        kind="weight",
-        weight=5,
-        entered_at=again,
-        verified_at=verified,
-    )
+    step = canary_5(entered_at=again, verified_at=verified)
     assert (step.entered_at, step.verified_at) == (entered, verified)
 
-    step = upsert_step(
-        session,
-        rollout_id=rollout_id,
-        step_index=1,
-        name="canary-5",
-        kind="weight",
-        weight=5,
-        verified_at=again,
-        completed_at=again,
-    )
+    step = canary_5(verified_at=again, completed_at=again)
     assert (step.entered_at, step.verified_at, step.completed_at) == (entered, verified, again)
 
 
 def test_steps_are_listed_in_step_order(session: Session) -> None:
     """list_steps returns one row per step, ordered by index, with the weights given."""
-    rollout_id = create_rollout(
-        session,
-        name="r",
-        service="agent-70b",
-        environment="prod",
-        plan_hash="f" * 64,
-        plan_source="",
-        plan_path="plan.yaml",
-        progress={},
-        state="canary",
-        actor="alice",
-        now=T0,
-    )
+    rollout_id = seed_rollout(session)
     for index, weight in ((2, 25.0), (0, 0.0), (1, 5.0)):
         upsert_step(
             session,
