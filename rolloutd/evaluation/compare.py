@@ -25,29 +25,17 @@ same way.
 from __future__ import annotations
 
 import datetime as dt
-import functools
 import json
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, Literal, get_args
+from typing import Any
 
-from jsonschema import Draft202012Validator
-
+from rolloutd.analysis import toolcalls
+from rolloutd.analysis.toolcalls import parse_arguments, same_json, schema_validator
+from rolloutd.core.suite_outcomes import FIELD_OUTCOMES, CaseOutcome, FieldOutcome
 from rolloutd.evaluation.suite import SuiteCase
 
-FieldOutcome = Literal["correct", "format", "wrong_value", "missing", "extra"]
-CaseOutcome = Literal[
-    "correct",
-    "format",
-    "wrong_value",
-    "schema_violation",
-    "wrong_tool",
-    "no_call",
-    "request_error",
-]
-FIELD_OUTCOMES: tuple[FieldOutcome, ...] = get_args(FieldOutcome)
-CASE_OUTCOMES: tuple[CaseOutcome, ...] = get_args(CaseOutcome)
 GOOD_FIELD: frozenset[str] = frozenset({"correct", "format"})
 
 _NUMBER = re.compile(
@@ -141,7 +129,7 @@ def score_case(case: SuiteCase, call: Call) -> CaseResult:
         )
     schema = case.schema_of(call.name) or {}
     text = call.arguments or ""
-    arguments = _parse(text)
+    arguments = parse_arguments(text)
     if arguments is None:
         fields = tuple(_missing(key, value) for key, value in expected.items())
         return CaseResult(
@@ -200,7 +188,7 @@ def compare_value(expected: Any, actual: Any, schema: Mapping[str, Any]) -> Fiel
     """``correct``, ``format`` or ``wrong_value`` for one value under its schema."""
     if "enum" in schema or "const" in schema or "pattern" in schema:
         # Ids and closed vocabularies have no other spelling: near is wrong.
-        return "correct" if _same_json(expected, actual) else "wrong_value"
+        return "correct" if same_json(expected, actual) else "wrong_value"
     kind = schema.get("type")
     if kind in ("number", "integer"):
         return _compare_number(expected, actual)
@@ -208,7 +196,7 @@ def compare_value(expected: Any, actual: Any, schema: Mapping[str, Any]) -> Fiel
         return _compare_object(expected, actual, schema)
     if kind == "array" or (isinstance(expected, list) and kind is None):
         return _compare_array(expected, actual, schema)
-    if _same_json(expected, actual):
+    if same_json(expected, actual):
         return "correct"
     if isinstance(expected, str) and isinstance(actual, str):
         if schema.get("format") in ("date", "date-time"):
@@ -223,14 +211,7 @@ def compare_value(expected: Any, actual: Any, schema: Mapping[str, Any]) -> Fiel
 
 def parse_number(value: object) -> float | None:
     """A number, or a string that spells one (``"$1,200.00"``, ``"1 200"``, ``"EUR 50"``)."""
-    if isinstance(value, bool):
-        return None
-    if isinstance(value, int | float):
-        return float(value)
-    if isinstance(value, str) and (match := _NUMBER.match(value)):
-        whole = match.group(1).replace(",", "").replace(" ", "")
-        return float(whole + (match.group(2) or ""))
-    return None
+    return toolcalls.parse_number(value, _NUMBER)
 
 
 def _compare_number(expected: Any, actual: Any) -> FieldOutcome:
@@ -243,7 +224,7 @@ def _compare_number(expected: Any, actual: Any) -> FieldOutcome:
 
 def _compare_object(expected: Any, actual: Any, schema: Mapping[str, Any]) -> FieldOutcome:
     if not isinstance(expected, dict) or not isinstance(actual, dict):
-        return "correct" if _same_json(expected, actual) else "wrong_value"
+        return "correct" if same_json(expected, actual) else "wrong_value"
     if set(expected) != set(actual):
         return "wrong_value"
     properties: Mapping[str, Any] = schema.get("properties", {})
@@ -253,7 +234,7 @@ def _compare_object(expected: Any, actual: Any, schema: Mapping[str, Any]) -> Fi
 
 def _compare_array(expected: Any, actual: Any, schema: Mapping[str, Any]) -> FieldOutcome:
     if not isinstance(expected, list) or not isinstance(actual, list):
-        return "correct" if _same_json(expected, actual) else "wrong_value"
+        return "correct" if same_json(expected, actual) else "wrong_value"
     if len(expected) != len(actual):
         return "wrong_value"
     raw_items = schema.get("items")
@@ -297,30 +278,14 @@ def _missing(key: str, expected: Any) -> FieldResult:
     return FieldResult(key, "missing", False, False, expected, None)
 
 
-def _parse(text: str) -> dict[str, Any] | None:
-    try:
-        value = json.loads(text)
-    except (TypeError, ValueError):
-        return None
-    return value if isinstance(value, dict) else None
-
-
 def _canonical(value: Any) -> str:
     return json.dumps(value, ensure_ascii=False)
-
-
-def _same_json(expected: Any, actual: Any) -> bool:
-    if isinstance(expected, bool) or isinstance(actual, bool):
-        return expected is actual
-    if isinstance(expected, int | float) and isinstance(actual, int | float):
-        return float(expected) == float(actual)
-    return type(expected) is type(actual) and bool(expected == actual)
 
 
 def _schema_errors(arguments: dict[str, Any], schema: Mapping[str, Any]) -> list[tuple[str, str]]:
     """Every schema violation as (the top-level argument it concerns, or "", the message)."""
     found: list[tuple[str, str]] = []
-    for error in _validator(json.dumps(schema, sort_keys=True)).iter_errors(arguments):
+    for error in schema_validator(schema).iter_errors(arguments):
         if error.path:
             found.append((str(error.path[0]), error.message))
         elif error.validator == "required":
@@ -333,8 +298,3 @@ def _schema_errors(arguments: dict[str, Any], schema: Mapping[str, Any]) -> list
         else:
             found.append(("", error.message))
     return found
-
-
-@functools.lru_cache(maxsize=256)
-def _validator(schema: str) -> Draft202012Validator:
-    return Draft202012Validator(json.loads(schema))

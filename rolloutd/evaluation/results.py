@@ -15,7 +15,8 @@ from datetime import datetime
 from functools import cached_property
 from typing import Any, Literal
 
-from rolloutd.evaluation.compare import CASE_OUTCOMES, FIELD_OUTCOMES, CaseResult
+from rolloutd.core.suite_outcomes import CASE_OUTCOMES, FIELD_OUTCOMES
+from rolloutd.evaluation.compare import CaseResult
 
 RunRole = Literal["canary", "baseline"]
 

@@ -10,18 +10,27 @@ number sent as a string does).
 from __future__ import annotations
 
 import datetime as dt
-import functools
-import json
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from jsonschema import Draft202012Validator
+from rolloutd.analysis.toolcalls import parse_arguments, parse_number, same_json, schema_validator
+
+# parse_arguments comes from rolloutd.analysis.toolcalls; the demo reads it from here.
+__all__ = [
+    "CallScore",
+    "Verdict",
+    "compare_field",
+    "normalise",
+    "parse_arguments",
+    "schema_errors",
+    "score_call",
+]
 
 Verdict = Literal["exact", "format", "value", "missing", "extra"]
 
-_MONEY = re.compile(r"^\s*[$€£]?\s*(-?[0-9][0-9,]*(?:\.[0-9]+)?)\s*(?:USD|EUR|GBP)?\s*$")
+_MONEY = re.compile(r"^\s*[$€£]?\s*(-?[0-9][0-9,]*)(\.[0-9]+)?\s*(?:USD|EUR|GBP)?\s*$")
 
 
 @dataclass(frozen=True)
@@ -47,26 +56,9 @@ class CallScore:
         return sum(1 for value in self.fields.values() if value == verdict)
 
 
-def parse_arguments(text: str) -> dict[str, Any] | None:
-    """The arguments object of a tool call, or None when it is not a JSON object."""
-    try:
-        value = json.loads(text)
-    except (TypeError, ValueError):
-        return None
-    return value if isinstance(value, dict) else None
-
-
 def schema_errors(arguments: object, schema: Mapping[str, Any]) -> list[str]:
     """Every way ``arguments`` violates ``schema``, as readable messages (empty: valid)."""
-    return [
-        error.message
-        for error in _validator(json.dumps(schema, sort_keys=True)).iter_errors(arguments)
-    ]
-
-
-@functools.lru_cache(maxsize=256)
-def _validator(schema: str) -> Draft202012Validator:
-    return Draft202012Validator(json.loads(schema))
+    return [error.message for error in schema_validator(schema).iter_errors(arguments)]
 
 
 def score_call(
@@ -98,7 +90,7 @@ def score_call(
 
 def compare_field(expected: object, actual: object, field_schema: Mapping[str, Any]) -> Verdict:
     """Exact, format deviation or value error for one field."""
-    if _same_json(expected, actual):
+    if same_json(expected, actual):
         return "exact"
     if normalise(expected, field_schema) == normalise(actual, field_schema) is not None:
         return "format"
@@ -109,30 +101,12 @@ def normalise(value: object, field_schema: Mapping[str, Any]) -> object:
     """The canonical form of a field value for a format-insensitive comparison."""
     kind = field_schema.get("type")
     if kind in {"number", "integer"}:
-        return _number(value)
+        return parse_number(value, _MONEY)
     if isinstance(value, str) and field_schema.get("format") == "date":
         return _date(value)
     if isinstance(value, str):
         return " ".join(value.split()).casefold()
     return value
-
-
-def _same_json(expected: object, actual: object) -> bool:
-    if isinstance(expected, bool) or isinstance(actual, bool):
-        return expected is actual
-    if isinstance(expected, int | float) and isinstance(actual, int | float):
-        return float(expected) == float(actual)
-    return type(expected) is type(actual) and expected == actual
-
-
-def _number(value: object) -> float | None:
-    if isinstance(value, bool):
-        return None
-    if isinstance(value, int | float):
-        return float(value)
-    if isinstance(value, str) and (match := _MONEY.match(value)):
-        return float(match.group(1).replace(",", ""))
-    return None
 
 
 def _date(value: str) -> str | None:

@@ -126,15 +126,10 @@ def _serve(
     if died:
         replica.record("error", queue_s=queue_s, prompt_tokens=prompt)
         return replica.reply(500, openai_error("EngineDeadError", "InternalServerError", 500))
-    ttft, e2e = queue_s + prefill, queue_s + prefill + decode
+    # One set of timings for the ledger (the engine metrics) and the reply (the gateway).
+    timings = {"queue_s": queue_s, "ttft_s": queue_s + prefill, "e2e_s": queue_s + prefill + decode}
     done = replica.record(
-        "ok",
-        queue_s=queue_s,
-        ttft_s=ttft,
-        e2e_s=e2e,
-        prompt_tokens=prompt,
-        output_tokens=output,
-        kv_usage=kv_usage,
+        "ok", **timings, prompt_tokens=prompt, output_tokens=output, kv_usage=kv_usage
     )
     process.stats.succeed(finish, done)
     said = answer(
@@ -146,11 +141,5 @@ def _serve(
         exactness_drop=faults.exactness_drop,
         handoff_rate=faults.escalation_rate,
     )
-    timings = {
-        "queue_s": queue_s,
-        "ttft_s": ttft,
-        "e2e_s": e2e,
-        "replica": replica.name,
-        "pool": replica.pool,
-    }
-    return replica.reply(200, chat_response(config.model, said, prompt, output, finish, timings))
+    served = {**timings, "replica": replica.name, "pool": replica.pool}
+    return replica.reply(200, chat_response(config.model, said, prompt, output, finish, served))

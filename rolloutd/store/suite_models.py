@@ -17,20 +17,11 @@ from typing import Any
 from sqlalchemy import ForeignKey, Index, String, UniqueConstraint, text
 from sqlalchemy.orm import Mapped, mapped_column
 
-from rolloutd.store.models import Base, PrimaryKey, RolloutRef, one_of
+from rolloutd.core.suite_outcomes import CASE_OUTCOMES, FIELD_OUTCOMES
+from rolloutd.store.models import Base, PrimaryKey, RolloutRef, Sha256, one_of
 
 SUITE_RUN_ROLES = ("canary", "baseline")
 SUITE_JOB_STATES = ("open", "done", "failed", "superseded")
-CASE_OUTCOMES = (
-    "correct",
-    "format",
-    "wrong_value",
-    "schema_violation",
-    "wrong_tool",
-    "no_call",
-    "request_error",
-)
-FIELD_OUTCOMES = ("correct", "format", "wrong_value", "missing", "extra")
 
 
 class SuiteJob(Base):
@@ -85,7 +76,7 @@ class SuiteRun(Base):
     gate: Mapped[str | None] = mapped_column(String(200))
     role: Mapped[str] = mapped_column(String(20))
     suite_path: Mapped[str]
-    suite_sha256: Mapped[str] = mapped_column(String(64))
+    suite_sha256: Mapped[Sha256]
     endpoint: Mapped[str]
     model: Mapped[str | None] = mapped_column(String(200))
     seed: Mapped[int | None]

@@ -11,7 +11,8 @@ import pytest
 from rolloutd.analysis.base import Evaluation, Role
 from rolloutd.core.actions import Verdict
 from rolloutd.core.plan import SuiteGate
-from rolloutd.evaluation.compare import CaseResult, FieldOutcome, FieldResult
+from rolloutd.core.suite_outcomes import FieldOutcome
+from rolloutd.evaluation.compare import CaseResult, FieldResult
 from rolloutd.evaluation.gate import WHOLE_CALL, combine, judge_suite, suite_due
 from rolloutd.evaluation.results import RunRole, RunSummary
 
