@@ -29,7 +29,7 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from itertools import pairwise
-from typing import Any, Literal
+from typing import Literal
 
 from prometheus_client import CollectorRegistry, Counter, Histogram, start_http_server
 
@@ -249,7 +249,7 @@ class GatewayMetrics:
         for pool in POOLS:
             for metric in (*self._counters.values(), self._duration, self._tokens):
                 metric.labels(pool=pool)
-        self._server: Any = None
+        self._exporter: Exporter | None = None
 
     def session_started(self, pool: str) -> None:
         """Count a session, once, when its first model request finishes (the pool is known)."""
@@ -311,20 +311,32 @@ class GatewayMetrics:
         server can mount ``prometheus_client.make_wsgi_app(metrics.registry)`` (or
         ``make_asgi_app``) at ``/metrics`` instead.
         """
-        server, _thread = start_http_server(port, addr=addr, registry=self.registry)
-        self._server = server
-        host = f"[{addr}]" if ":" in addr else addr
-        return f"http://{host}:{server.server_port}"
+        self._exporter = Exporter(self.registry, port, addr)
+        return self._exporter.url
 
     def close(self) -> None:
         """Stop the exporter started by ``serve()``; nothing if none runs."""
-        if self._server is not None:
-            self._server.shutdown()
-            self._server.server_close()
-            self._server = None
+        if self._exporter is not None:
+            self._exporter.close()
+            self._exporter = None
 
     def _count(self, spec: MetricSpec, pool: str) -> None:
         self._counters[spec.name].labels(pool=_pool(pool)).inc()
+
+
+class Exporter:
+    """``/metrics`` of one registry, served over HTTP from a thread until :meth:`close`."""
+
+    def __init__(self, registry: CollectorRegistry, port: int, addr: str) -> None:
+        """Listen on ``addr:port`` (0: a free port); ``url`` says where."""
+        self._server, _thread = start_http_server(port, addr=addr, registry=registry)
+        host = f"[{addr}]" if ":" in addr else addr
+        self.url = f"http://{host}:{self._server.server_port}"
+
+    def close(self) -> None:
+        """Stop serving and free the port."""
+        self._server.shutdown()
+        self._server.server_close()
 
 
 def _pool(pool: str) -> str:

@@ -21,6 +21,7 @@ from pydantic import ValidationError
 
 from rolloutd.core.plan import CompareGate, LatencyGate, Plan, plan_problems, plan_warnings
 from rolloutd.errors import BadInput, Problem
+from rolloutd.userfiles import read_user_file
 
 if TYPE_CHECKING:
     from rolloutd.analysis.templates import Templates
@@ -44,8 +45,8 @@ def load_plan(path: str | Path) -> LoadedPlan:
 
     :raises BadInput: with one problem per broken rule, each naming the file and field.
     """
-    source = str(path)
-    return parse_plan(_read_text(Path(path), source), source)
+    text = read_user_file(Path(path), expected="a YAML plan", what="a plan", limit=MAX_PLAN_BYTES)
+    return parse_plan(text, str(path))
 
 
 def parse_plan(text: str, source: str = "<plan>") -> LoadedPlan:
@@ -147,30 +148,6 @@ def content_hash(plan: Plan) -> str:
     """The sha256 of the plan's canonical JSON: comments and key order do not change it."""
     canonical = json.dumps(plan.model_dump(mode="json"), sort_keys=True, separators=(",", ":"))
     return hashlib.sha256(canonical.encode()).hexdigest()
-
-
-def _read_text(path: Path, source: str) -> str:
-    try:
-        if path.is_dir():
-            raise BadInput.one(source, "", "is a directory; expected a YAML plan file")
-        size = path.stat().st_size
-        if size > MAX_PLAN_BYTES:
-            raise BadInput.one(
-                source, "", f"is {size} bytes; a plan may be at most {MAX_PLAN_BYTES} bytes (1 MiB)"
-            )
-        raw = path.read_bytes()
-    except FileNotFoundError:
-        raise BadInput.one(source, "", "no such file") from None
-    except PermissionError:
-        raise BadInput.one(source, "", "permission denied") from None
-    except OSError as exc:
-        raise BadInput.one(source, "", f"cannot be read: {exc.strerror}") from None
-    if b"\x00" in raw:
-        raise BadInput.one(source, "", "is a binary file; expected a YAML plan")
-    try:
-        return raw.decode("utf-8")
-    except UnicodeDecodeError:
-        raise BadInput.one(source, "", "is not UTF-8 text; expected a YAML plan") from None
 
 
 MAX_EXPANDED_NODES = 100_000

@@ -28,7 +28,14 @@ def _now() -> datetime:
     return datetime.now(UTC)
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
+# Every option's help shows its default; subcommands inherit these settings.
+@click.group(
+    context_settings={
+        "help_option_names": ["-h", "--help"],
+        "max_content_width": 100,
+        "show_default": True,
+    }
+)
 @click.version_option(package_name="rolloutd", prog_name="rolloutctl")
 def cli() -> None:
     """Drive progressive rollouts of LLM inference engines.
@@ -252,7 +259,6 @@ def _check_before_start(plan: Any, file: str, *, force: bool) -> list[str]:
     "--interval",
     type=click.FloatRange(min=0.05),
     default=2.0,
-    show_default=True,
     help="Seconds between redraws with --watch.",
 )
 @OUTPUT
@@ -311,7 +317,7 @@ def _watch(rollout_id: int, interval: float, output: str) -> None:
 
 
 @cli.command("list")
-@click.option("--limit", type=click.IntRange(1, 10000), default=50, show_default=True)
+@click.option("--limit", type=click.IntRange(1, 10000), default=50)
 @OUTPUT
 def list_(limit: int, output: str) -> None:
     """List rollouts, newest first.
@@ -461,32 +467,26 @@ resume = _plain_command(
     "--weights-gb",
     type=click.FloatRange(min=0, min_open=True),
     default=70.0,
-    show_default=True,
     help="Weight bytes of one model copy, in GB.",
 )
-@click.option("--gpus", type=click.IntRange(min=1), default=4, show_default=True)
-@click.option(
-    "--gpu-memory-gb", type=click.FloatRange(min=0, min_open=True), default=48.0, show_default=True
-)
+@click.option("--gpus", type=click.IntRange(min=1), default=4)
+@click.option("--gpu-memory-gb", type=click.FloatRange(min=0, min_open=True), default=48.0)
 @click.option(
     "--tp",
     "tensor_parallel",
     type=click.IntRange(min=1),
     default=4,
-    show_default=True,
     help="Tensor parallelism (GPUs per model copy).",
 )
 @click.option(
     "--kv-dtype",
     type=click.Choice(["fp16", "bf16", "fp8", "int8", "fp32"]),
     default="fp16",
-    show_default=True,
 )
 @click.option(
     "--memory-fraction",
     type=click.FloatRange(0, 1, min_open=True),
     default=0.9,
-    show_default=True,
     help="vLLM gpu_memory_utilization / TRT-LLM fraction.",
 )
 @click.option(
@@ -495,7 +495,6 @@ resume = _plain_command(
     type=click.IntRange(min=1),
     multiple=True,
     default=(32768, 8192),
-    show_default=True,
     help="Repeat to compare several.",
 )
 @click.option(
@@ -599,17 +598,15 @@ def capacity(
     "--scenario",
     type=click.Choice(["happy", "latency", "timeouts", "oom", "schema", "escalation"]),
     default="oom",
-    show_default=True,
     help="Which fault hits the canary at the 25% step (happy: none).",
 )
 @click.option(
     "--speed",
     type=click.FloatRange(min=1.0),
     default=14400.0,
-    show_default=True,
     help="How much faster than real time the rollout runs (14400: a 48 h bake in 12 s).",
 )
-@click.option("--seed", type=int, default=0, show_default=True, help="Seed of the fleet.")
+@click.option("--seed", type=int, default=0, help="Seed of the fleet.")
 @OUTPUT
 def demo(scenario: str, speed: float, seed: int, output: str) -> None:
     """Run a real rollout against a simulated fleet: breach, rollback, summary.

@@ -31,18 +31,17 @@ API_KEY_ENV = "ROLLOUTD_EVAL_API_KEY"
 @click.option(
     "--baseline-endpoint", help="Base URL of the baseline engine: adds the paired comparison."
 )
-@click.option("--concurrency", type=click.IntRange(1, 256), default=8, show_default=True)
+@click.option("--concurrency", type=click.IntRange(1, 256), default=8)
 @click.option(
     "--timeout",
     "timeout_s",
     type=click.FloatRange(min=0.1),
     default=60.0,
-    show_default=True,
     help="Seconds per request before it is retried (then a request error).",
 )
-@click.option("--retries", type=click.IntRange(0, 10), default=2, show_default=True)
+@click.option("--retries", type=click.IntRange(0, 10), default=2)
 @click.option("--model", help="Model name to request (default: the first one /v1/models lists).")
-@click.option("--seed", type=int, default=1234, show_default=True, help="Sampling seed.")
+@click.option("--seed", type=int, default=1234, help="Sampling seed.")
 @click.option(
     "--send-expected",
     is_flag=True,

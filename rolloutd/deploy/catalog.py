@@ -32,6 +32,7 @@ from rolloutd.deploy.artefacts import (
 )
 from rolloutd.errors import BadInput, NotFound, Problem, Refused
 from rolloutd.store.models import ArtefactSet
+from rolloutd.userfiles import read_user_file
 
 if TYPE_CHECKING:
     from sqlalchemy.orm import Session
@@ -52,19 +53,12 @@ def read_engine_config(path: str | Path) -> dict[str, Any]:
     :raises BadInput: naming the file and the field at fault.
     """
     source = str(path)
-    try:
-        file = Path(path)
-        if file.stat().st_size > MAX_CONFIG_BYTES:
-            raise BadInput.one(source, "", "is larger than 1 MiB; expected an engine config")
-        text = file.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise BadInput.one(source, "", "no such file") from None
-    except IsADirectoryError:
-        raise BadInput.one(source, "", "is a directory; expected a YAML or JSON file") from None
-    except UnicodeDecodeError:
-        raise BadInput.one(source, "", "is not UTF-8 text") from None
-    except OSError as exc:
-        raise BadInput.one(source, "", f"cannot be read: {exc.strerror}") from None
+    text = read_user_file(
+        Path(path),
+        expected="a YAML or JSON engine config",
+        what="an engine config",
+        limit=MAX_CONFIG_BYTES,
+    )
     try:
         data = yaml.safe_load(text)
     except yaml.YAMLError as exc:

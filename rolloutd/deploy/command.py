@@ -29,11 +29,11 @@ from rolloutd.deploy.artefacts import PinnedSet
 from rolloutd.deploy.base import Clock, DeployResult, Sleep, Stopwatch, Verification, verdict
 from rolloutd.deploy.verify import (
     HEALTH_PATHS,
+    Poller,
     check_files,
     fill,
     flavor_of,
     reported_root,
-    wait_until_ok,
 )
 from rolloutd.redact import scrub
 
@@ -44,7 +44,7 @@ KILL_GRACE_S = 5.0
 INHERITED = ("PATH", "HOME", "LANG", "LC_ALL", "TZ", "USER", "LOGNAME")
 
 
-class CommandDeployer:
+class CommandDeployer(Poller):
     """Runs ``spec.argv`` per replica; see the module docstring."""
 
     kind = "command"
@@ -58,10 +58,8 @@ class CommandDeployer:
         sleep: Sleep = time.sleep,
         kill_grace: float = KILL_GRACE_S,
     ) -> None:
+        super().__init__(spec.poll_interval, client=client, clock=clock, sleep=sleep)
         self.spec = spec
-        self.client = client or httpx.Client()
-        self.clock = clock
-        self.sleep = sleep
         self.kill_grace = kill_grace
 
     def deploy(
@@ -102,13 +100,7 @@ class CommandDeployer:
     ) -> Verification:
         watch = Stopwatch.of_call(timeout, self.spec.health_deadline, self.clock)
         flavor = flavor_of(artefacts.engine, self.spec.health)
-        healthy, why = wait_until_ok(
-            self.client,
-            [f"{replica.url}{HEALTH_PATHS[flavor]}"],
-            watch,
-            interval=self.spec.poll_interval.total_seconds(),
-            sleep=self.sleep,
-        )
+        healthy, why = self.poll([f"{replica.url}{HEALTH_PATHS[flavor]}"], watch)
         if not healthy:
             return verdict(replica, artefacts, watch.elapsed, False, None, f"not healthy: {why}")
         path, why = self._files_path(replica, artefacts, watch, flavor)

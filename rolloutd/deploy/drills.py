@@ -168,19 +168,13 @@ def finish_drill(
     drill.detail = outcome.as_dict()
     for step in outcome.steps:
         session.add(
-            DeployRecord(
-                rollout_id=None,
-                drill_id=drill_id,
-                replica=step.replica,
-                set_name=step.set_name,
-                set_digest=str(step.result.get("set_digest", "")),
+            _deploy_record(
+                step.result,
                 executor=executor,
                 step=f"{step.phase}-{step.action}",
-                ok=step.ok,
-                reason=step.reason,
                 duration_s=step.duration_s,
                 started_at=drill.started_at + timedelta(seconds=step.started_s),
-                detail=step.result,
+                drill_id=drill_id,
             )
         )
     session.flush()
@@ -192,27 +186,48 @@ def record_deploy(
     *,
     step: str = "deploy",
     rollout_id: int | None = None,
-    drill_id: int | None = None,
     now: datetime,
 ) -> int:
     """Keep what one deploy did (exit status, output tail, timings) in ``deploy_records``."""
-    record = DeployRecord(
-        rollout_id=rollout_id,
-        drill_id=drill_id,
-        replica=result.replica,
-        set_name=result.set_name,
-        set_digest=result.set_digest,
+    record = _deploy_record(
+        result.as_dict(),
         executor=result.executor,
         step=step,
-        ok=result.ok,
-        reason=result.reason,
         duration_s=result.duration_s,
         started_at=now,
-        detail=result.as_dict(),
+        rollout_id=rollout_id,
     )
     session.add(record)
     session.flush()
     return record.id
+
+
+def _deploy_record(
+    outcome: dict[str, Any],
+    *,
+    executor: str,
+    step: str,
+    duration_s: float,
+    started_at: datetime,
+    rollout_id: int | None = None,
+    drill_id: int | None = None,
+) -> DeployRecord:
+    """The audit row of one executor call, from the JSON form of its result (``as_dict()``
+    of a :class:`DeployResult` or :class:`Verification`, which has no set digest)."""
+    return DeployRecord(
+        rollout_id=rollout_id,
+        drill_id=drill_id,
+        replica=outcome["replica"],
+        set_name=outcome["set_name"],
+        set_digest=str(outcome.get("set_digest", "")),
+        executor=executor,
+        step=step,
+        ok=outcome["ok"],
+        reason=outcome["reason"],
+        duration_s=duration_s,
+        started_at=started_at,
+        detail=outcome,
+    )
 
 
 def latest_drill(session: Session, stable_digest: str, canary_digest: str) -> Drill | None:

@@ -22,18 +22,18 @@ from rolloutd.deploy.artefacts import PinnedSet
 from rolloutd.deploy.base import Clock, DeployResult, Sleep, Stopwatch, Verification, verdict
 from rolloutd.deploy.verify import (
     HEALTH_PATHS,
+    Poller,
     as_parameter,
     check_files,
     fill,
     parameter_value,
-    wait_until_ok,
 )
 
 DIGEST_PARAMETER = "artefact_digest"
 SET_PARAMETER = "artefact_set"
 
 
-class TritonDeployer:
+class TritonDeployer(Poller):
     """Deploys pinned sets through Triton's model repository API; see the module docstring."""
 
     kind = "triton"
@@ -47,11 +47,9 @@ class TritonDeployer:
         clock: Clock = time.monotonic,
         sleep: Sleep = time.sleep,
     ) -> None:
+        super().__init__(spec.poll_interval, client=client, clock=clock, sleep=sleep)
         self.spec = spec
         self.roles = roles
-        self.client = client or httpx.Client()
-        self.clock = clock
-        self.sleep = sleep
 
     def deploy(
         self, replica: Replica, artefacts: PinnedSet, *, timeout: float | None = None
@@ -93,13 +91,7 @@ class TritonDeployer:
                 False,
                 f"load of {self.spec.model} answered {response.status_code}: {_error(response)}",
             )
-        ready, why = wait_until_ok(
-            self.client,
-            [self._ready_url(base, version)],
-            watch,
-            interval=self.spec.poll_interval.total_seconds(),
-            sleep=self.sleep,
-        )
+        ready, why = self.poll([self._ready_url(base, version)], watch)
         if not ready:
             return result(
                 False, f"{self._what(version)} not ready within {watch.budget:g} s: {why}"
@@ -114,13 +106,9 @@ class TritonDeployer:
     ) -> Verification:
         watch = Stopwatch.of_call(timeout, self.spec.health_deadline, self.clock)
         base, version = self._base(replica), self._version(artefacts)
-        healthy, why = wait_until_ok(
-            self.client,
-            # Serving at all is health; serving the pinned version is checked with the digests.
-            [f"{base}{HEALTH_PATHS['triton']}", self._ready_url(base, None)],
-            watch,
-            interval=self.spec.poll_interval.total_seconds(),
-            sleep=self.sleep,
+        # Serving at all is health; serving the pinned version is checked with the digests.
+        healthy, why = self.poll(
+            [f"{base}{HEALTH_PATHS['triton']}", self._ready_url(base, None)], watch
         )
         if not healthy:
             return verdict(replica, artefacts, watch.elapsed, False, None, f"not healthy: {why}")

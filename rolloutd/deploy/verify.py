@@ -12,13 +12,14 @@ from __future__ import annotations
 
 import os
 import time
+from datetime import timedelta
 from typing import Any, Literal
 
 import httpx
 
 from rolloutd.core.plan import TEMPLATE_FIELDS, Replica
 from rolloutd.deploy.artefacts import PinnedSet, verify_directory
-from rolloutd.deploy.base import Sleep, Stopwatch
+from rolloutd.deploy.base import Clock, Sleep, Stopwatch
 
 Flavor = Literal["vllm", "triton"]
 HEALTH_PATHS: dict[Flavor, str] = {"vllm": "/health", "triton": "/v2/health/ready"}
@@ -52,6 +53,23 @@ def wait_until_ok(
         if watch.remaining <= 0:
             return False, last
         sleep(min(interval, watch.remaining))
+
+
+class Poller:
+    """What an engine executor polls replicas with: an HTTP client, the plan's poll interval,
+    and a clock and sleep that tests inject."""
+
+    def __init__(
+        self, interval: timedelta, *, client: httpx.Client | None, clock: Clock, sleep: Sleep
+    ) -> None:
+        self.client = client or httpx.Client()
+        self.interval = interval.total_seconds()
+        self.clock = clock
+        self.sleep = sleep
+
+    def poll(self, urls: list[str], watch: Stopwatch) -> tuple[bool, str]:
+        """:func:`wait_until_ok` at this executor's interval."""
+        return wait_until_ok(self.client, urls, watch, interval=self.interval, sleep=self.sleep)
 
 
 def _first_not_ok(client: httpx.Client, urls: list[str], watch: Stopwatch) -> str:

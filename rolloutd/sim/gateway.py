@@ -25,9 +25,8 @@ import math
 import threading
 from bisect import bisect_left
 from collections.abc import Iterator
-from typing import Any
 
-from prometheus_client import CollectorRegistry, start_http_server
+from prometheus_client import CollectorRegistry
 from prometheus_client.core import CounterMetricFamily, HistogramMetricFamily, Metric
 from prometheus_client.registry import Collector
 
@@ -79,7 +78,7 @@ class AgentMetrics(Collector):
             for name, bounds in HISTOGRAMS.items()
         }
         self._lock = threading.Lock()
-        self._server: Any = None
+        self._exporter: contract.Exporter | None = None
 
     def add(self, pool: str, counter: str, amount: int = 1) -> None:
         """Count ``amount`` more ``counter`` events on ``pool``.
@@ -136,13 +135,11 @@ class AgentMetrics(Collector):
         """Export ``/metrics`` on 127.0.0.1 (``port`` 0: a free one); returns the base URL."""
         registry = CollectorRegistry(auto_describe=False)
         registry.register(self)
-        server, _thread = start_http_server(port, addr="127.0.0.1", registry=registry)
-        self._server = server
-        return f"http://127.0.0.1:{server.server_port}"
+        self._exporter = contract.Exporter(registry, port, "127.0.0.1")
+        return self._exporter.url
 
     def close(self) -> None:
         """Stop the exporter started by ``serve()``."""
-        if self._server is not None:
-            self._server.shutdown()
-            self._server.server_close()
-            self._server = None
+        if self._exporter is not None:
+            self._exporter.close()
+            self._exporter = None

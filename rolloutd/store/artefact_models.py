@@ -14,7 +14,7 @@ from typing import Any
 from sqlalchemy import ForeignKey, Index, String
 from sqlalchemy.orm import Mapped, mapped_column
 
-from rolloutd.store.models import Base, PrimaryKey, RolloutRef, one_of
+from rolloutd.store.models import Base, PrimaryKey, RolloutRef, Sha256, one_of
 
 DRILL_RESULTS = ("running", "passed", "failed")
 
@@ -34,8 +34,8 @@ class Drill(Base):
     environment: Mapped[str] = mapped_column(String(100))
     stable_set: Mapped[str] = mapped_column(String(200))
     canary_set: Mapped[str] = mapped_column(String(200))
-    stable_digest: Mapped[str] = mapped_column(String(64))
-    canary_digest: Mapped[str] = mapped_column(String(64))
+    stable_digest: Mapped[Sha256]
+    canary_digest: Mapped[Sha256]
     result: Mapped[str] = mapped_column(String(20))
     actor: Mapped[str] = mapped_column(String(200))
     started_at: Mapped[datetime]
@@ -58,7 +58,7 @@ class DeployRecord(Base):
     drill_id: Mapped[int | None] = mapped_column(ForeignKey("drills.id"))
     replica: Mapped[str] = mapped_column(String(200))
     set_name: Mapped[str] = mapped_column(String(200))
-    set_digest: Mapped[str] = mapped_column(String(64))
+    set_digest: Mapped[Sha256]
     executor: Mapped[str] = mapped_column(String(40))
     step: Mapped[str] = mapped_column(String(40))
     ok: Mapped[bool]

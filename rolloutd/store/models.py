@@ -52,6 +52,9 @@ PrimaryKey: TypeAlias = Annotated[int, mapped_column(primary_key=True, autoincre
 RolloutRef: TypeAlias = Annotated[int, mapped_column(ForeignKey("rollouts.id"))]
 """The rollout a row belongs to."""
 
+Sha256: TypeAlias = Annotated[str, mapped_column(String(64))]
+"""A sha256 digest in hex: of a plan, an artefact set or a suite's bytes."""
+
 
 def one_of(column: str, values: tuple[str, ...]) -> CheckConstraint:
     """A check that ``column`` holds one of ``values``, named after the column."""
@@ -100,7 +103,7 @@ class Rollout(Base):
     environment: Mapped[str] = mapped_column(String(100))
     state: Mapped[str] = mapped_column(String(40), index=True)
     active: Mapped[bool]
-    plan_hash: Mapped[str] = mapped_column(String(64))
+    plan_hash: Mapped[Sha256]
     plan_source: Mapped[str]
     plan_path: Mapped[str]
     progress: Mapped[dict[str, Any]]
@@ -241,7 +244,7 @@ class ArtefactSet(Base):
     engine: Mapped[str] = mapped_column(String(20))
     engine_config: Mapped[dict[str, Any]]
     files: Mapped[list[dict[str, Any]]]
-    digest: Mapped[str] = mapped_column(String(64))
+    digest: Mapped[Sha256]
     root: Mapped[str]
     created_by: Mapped[str] = mapped_column(String(200))
     created_at: Mapped[datetime]
