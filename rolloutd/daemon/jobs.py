@@ -11,6 +11,7 @@ for the main loop's next :meth:`TickJobs.sync` instead.
 from __future__ import annotations
 
 import contextlib
+import math
 import threading
 from collections.abc import Callable
 from dataclasses import KW_ONLY, dataclass
@@ -52,6 +53,43 @@ COMPACT_JOB = "compact-evaluations"
 # Retention runs daily; first a few minutes after this instance leads, off the busy start.
 COMPACT_EVERY = timedelta(days=1)
 COMPACT_FIRST_AFTER = timedelta(minutes=5)
+
+
+# Rollout phases are spread by the golden ratio: any number of them stay evenly apart.
+_GOLDEN = 0.6180339887498949
+_GRID_START = datetime(2000, 1, 1, tzinfo=UTC)
+
+
+class PhasedInterval(IntervalTrigger):  # type: ignore[misc]  # APScheduler 3 ships no types
+    """Every ``interval`` on a grid of its own phase, after a first run at once.
+
+    A leader that takes over (or starts) adds every rollout's job in the same second; plain
+    intervals would then tick them all in the same instant, every interval, and the last of a
+    thousand would start seconds late. Each rollout's grid is offset by its id times the golden
+    ratio (mod the interval), so the ticks spread evenly over the interval.
+    """
+
+    @classmethod
+    def of(cls, rollout_id: int, interval: timedelta) -> PhasedInterval:
+        """The trigger of rollout ``rollout_id`` ticking every ``interval``."""
+        seconds = interval.total_seconds()
+        phase = (rollout_id * _GOLDEN) % 1.0 * seconds
+        return cls(seconds=seconds, start_date=_GRID_START + timedelta(seconds=phase), timezone=UTC)
+
+    def get_next_fire_time(
+        self, previous_fire_time: datetime | None, now: datetime
+    ) -> datetime | None:
+        """The first grid time after ``previous_fire_time`` (or from ``now`` without one)."""
+        if previous_fire_time is None:
+            found: datetime | None = super().get_next_fire_time(None, now)
+            return found
+        start, every = self.start_date.timestamp(), self.interval_length
+        after = previous_fire_time.timestamp()
+        steps = math.floor((after - start) / every) + 1
+        moment = start + steps * every
+        if moment - after < 0.001:  # a grid time read back to the microsecond: the next one
+            moment += every
+        return datetime.fromtimestamp(moment, tz=UTC)
 
 
 @dataclass(eq=False)
@@ -176,7 +214,7 @@ class TickJobs:
             if self.scheduler.get_job(job_id) is None:
                 self.scheduler.add_job(
                     self.tick,
-                    IntervalTrigger(seconds=plan_of(rollout).trigger_interval.total_seconds()),
+                    PhasedInterval.of(rollout.id, plan_of(rollout).trigger_interval),
                     args=[rollout.id],
                     id=job_id,
                     next_run_time=self.wall(),
