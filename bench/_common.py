@@ -115,6 +115,29 @@ class DaemonProcess:
                 events.append(event)
         return events
 
+    def health_port(self, timeout: float) -> int:
+        """The port of ``/healthz`` once the log names it; exit with the log if the process
+        exits first."""
+
+        def port() -> int | None:
+            if self.proc.poll() is not None:
+                raise SystemExit(f"rolloutd {self.name} exited while starting:\n{self.log_tail()}")
+            for event in self.log_events():
+                if event.get("event") == "health endpoint":
+                    return int(str(event["url"]).rsplit(":", 1)[1].split("/")[0])
+            return None
+
+        return wait_for(port, timeout, f"rolloutd {self.name} to serve", 0.05)
+
+    def cpu_seconds(self) -> float:
+        """User plus system CPU time of the process so far (0 once it is gone)."""
+        try:
+            stat = Path(f"/proc/{self.proc.pid}/stat").read_text()
+        except OSError:
+            return 0.0
+        fields = stat.rpartition(")")[2].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
     def log_tail(self, lines: int = 15) -> str:
         """The end of the log, for failure reports."""
         return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])

@@ -44,7 +44,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # for bench._common
 
-from bench._common import DaemonProcess, add_server_option, scratch_database, wait_for
+from bench._common import DaemonProcess, add_server_option, scratch_database
 from rolloutd.operations import start_rollout
 from rolloutd.planfile import load_plan
 from rolloutd.store.db import make_engine, normalise_url, session_factory, transaction
@@ -137,15 +137,7 @@ class Leader:
             normalise_url(url).set(drivername="postgresql").render_as_string(hide_password=False),
             autocommit=True,
         )
-        self.port = wait_for(self._port, 60, "the daemon's health endpoint", 0.1)
-
-    def _port(self) -> int | None:
-        if self.daemon.proc.poll() is not None:
-            raise SystemExit(f"rolloutd exited while starting:\n{self.daemon.log_tail()}")
-        for event in self.daemon.log_events():
-            if event.get("event") == "health endpoint":
-                return int(str(event["url"]).rsplit(":", 1)[1].split("/")[0])
-        return None
+        self.port = self.daemon.health_port(60)
 
     def value(self, sql: str) -> Any:
         row = self.db.execute(sql).fetchone()
@@ -174,10 +166,6 @@ class Leader:
                 elif sample.name == "rolloutd_tick_lag_seconds_bucket":
                     found["lag"][float(sample.labels["le"])] = sample.value
         return found
-
-    def cpu_seconds(self) -> float:
-        fields = Path(f"/proc/{self.daemon.proc.pid}/stat").read_text().rpartition(")")[2].split()
-        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
     def rss_mb(self) -> float:
         for line in Path(f"/proc/{self.daemon.proc.pid}/status").read_text().splitlines():
@@ -246,13 +234,14 @@ def measure(server: str, count: int, minutes: float, warmup: float) -> dict[str,
             progress(
                 f"N={count}: {verified} of {count} canaries verified; measuring {minutes:g} min"
             )
-            first, cpu0, rows0 = leader.metrics(), leader.cpu_seconds(), leader.rows_written()
+            first, rows0 = leader.metrics(), leader.rows_written()
+            cpu0 = leader.daemon.cpu_seconds()
             started = time.monotonic()
             rss = leader.rss_mb()
             while time.monotonic() - started < minutes * 60:
                 time.sleep(SAMPLE_SECONDS)
                 rss = max(rss, leader.rss_mb())
-            last, cpu1 = leader.metrics(), leader.cpu_seconds()
+            last, cpu1 = leader.metrics(), leader.daemon.cpu_seconds()
             elapsed = time.monotonic() - started
             time.sleep(1)  # Postgres reports its table statistics about once a second
             rows1 = leader.rows_written()

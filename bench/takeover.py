@@ -106,16 +106,7 @@ class Daemon(DaemonProcess):
 
     def wait_serving(self) -> Daemon:
         """Wait until ``/healthz`` answers; exit with the log if the process exits first."""
-
-        def port() -> int | None:
-            if self.proc.poll() is not None:
-                raise SystemExit(f"rolloutd {self.name} exited while starting:\n{self.log_tail()}")
-            for event in self.log_events():
-                if event.get("event") == "health endpoint":
-                    return int(str(event["url"]).rsplit(":", 1)[1].split("/")[0])
-            return None
-
-        self.port = wait_for(port, START_TIMEOUT, f"rolloutd {self.name} to serve", 0.05)
+        self.port = self.health_port(START_TIMEOUT)
         wait_for(self.role, 5.0, f"rolloutd {self.name} to answer /healthz", 0.05)
         return self
 
@@ -338,15 +329,6 @@ def takeovers(pair: Pair, db: Db, how: signal.Signals, rounds: int) -> dict[str,
 # -- 3: the lease under load ------------------------------------------------------------------
 
 
-def cpu_seconds(pid: int) -> float:
-    """User plus system CPU time of process ``pid`` so far (0 once it is gone)."""
-    try:
-        fields = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()
-    except OSError:
-        return 0.0
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-
-
 def machine_busy() -> tuple[float, float]:
     """(busy, total) CPU time of the whole machine so far, every core, in clock ticks."""
     ticks = [int(v) for v in Path("/proc/stat").read_text().splitlines()[0].split()[1:]]
@@ -376,7 +358,7 @@ def snapshot(pair: Pair, db: Db) -> dict[str, Any]:
     return {
         "at": time.monotonic(),
         "ticks": tick_counters(pair.live.values()),
-        "cpu": {d.name: cpu_seconds(d.proc.pid) for d in pair.live.values()},
+        "cpu": {d.name: d.cpu_seconds() for d in pair.live.values()},
         # Counted as each connection is made: a pool that churns shows here.
         "sessions": db.value(
             "SELECT sessions FROM pg_stat_database WHERE datname = current_database()"
