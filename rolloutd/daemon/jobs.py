@@ -141,6 +141,9 @@ class TickJobs:
         """Leadership lost: run nothing more."""
         self.scheduler.pause()
         self.scheduler.remove_all_jobs()
+        with self._lock:
+            self._due.clear()
+            self._early.clear()
 
     def shutdown(self) -> None:
         """Wait for the ticks in flight and stop the scheduler (blocks)."""
@@ -199,6 +202,9 @@ class TickJobs:
         for job in self.scheduler.get_jobs():
             if job.id not in wanted and job.id not in (SENDER_JOB, COMPACT_JOB):
                 job.remove()
+                with self._lock:
+                    self._due.pop(job.id, None)
+                    self._early.discard(job.id)
         if self.scheduler.get_job(SENDER_JOB) is None:
             self.scheduler.add_job(
                 self.send_alerts, IntervalTrigger(seconds=SEND_EVERY_SECONDS), id=SENDER_JOB
