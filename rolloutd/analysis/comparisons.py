@@ -49,6 +49,7 @@ from rolloutd.analysis.stratified import (
     total,
 )
 from rolloutd.core.actions import Verdict
+from rolloutd.core.counts import counted
 from rolloutd.core.plan import CapacityGate, CompareGate, GateSpec, LatencyGate
 
 CAPACITY_INVALID = "the capacity analysis is invalid: rerun it before scaling further"
@@ -171,12 +172,12 @@ def judge_compare(spec: GateSpec, judging: Judging) -> Evaluation:
             return _with(evaluation, Verdict.FAIL, reason)
     if math.isinf(comparison.dispersion.bound):
         reason = (
-            f"{comparison.dispersion.blocks} blocks of events cannot yet show how much they "
-            "cluster (sessions share a fate): no evidence before they can"
+            f"{counted(comparison.dispersion.blocks, 'block')} of events cannot yet show how "
+            "much they cluster (sessions share a fate): no evidence before they can"
         )
         return _with(evaluation, Verdict.PENDING, reason)
     if result.total_events < comparison.needed:
-        reason = f"{result.total_events:g} events of the {comparison.needed} needed"
+        reason = f"{counted(result.total_events, 'event')} of the {comparison.needed} needed"
         if spec.min_events is None:
             reason += " (the fewest that could show the canary worse)"
         return _with(evaluation, Verdict.PENDING, reason)
@@ -380,7 +381,7 @@ def judge_latency(spec: GateSpec, judging: Judging) -> Evaluation:
         samples=canary.samples,
     )
     if spec.min_samples and (canary.samples or 0) < spec.min_samples:
-        reason = f"{canary.samples or 0} samples of the {spec.min_samples} needed"
+        reason = f"{counted(canary.samples or 0, 'sample')} of the {spec.min_samples} needed"
         return _with(evaluation, Verdict.PENDING, reason)
     buckets = canary.raw.get("buckets")
     if not buckets:

@@ -22,6 +22,7 @@ from rolloutd.analysis.base import Evaluation, Judging, MeasurementError, finite
 from rolloutd.analysis.comparisons import judge_capacity, judge_compare, judge_latency
 from rolloutd.analysis.load import measure_load
 from rolloutd.core.actions import Verdict
+from rolloutd.core.counts import counted, events_counted
 from rolloutd.core.durations import format_duration
 from rolloutd.core.plan import (
     QUEUE_TIMEOUT_SIGNALS,
@@ -155,7 +156,7 @@ def _threshold(spec: GateSpec, judging: Judging) -> Evaluation:
     )
     if spec.min_samples and (measured.samples or 0) < spec.min_samples:
         # Too little traffic to judge either way: neither pass nor fail on it.
-        reason = f"{measured.samples or 0} samples of the {spec.min_samples} needed"
+        reason = f"{counted(measured.samples or 0, 'sample')} of the {spec.min_samples} needed"
         return replace(passed, verdict=Verdict.PENDING, reason=reason)
     outside = (spec.max is not None and value > spec.max) or (
         spec.min is not None and value < spec.min
@@ -171,7 +172,7 @@ def _events(spec: GateSpec, judging: Judging) -> Evaluation:
     name, role, source, now = judging.name, judging.role, judging.source, judging.now
     measured = source.measure(spec.signal, "canary", spec.window, now)
     count = finite(measured, spec.signal, "canary")
-    threshold = f"<= {spec.max_events} events"
+    threshold = f"<= {events_counted(spec.signal, spec.max_events)}"
     evidence = {"signal": spec.signal, "pool": "canary", "raw": measured.raw}
     if count > spec.max_events:
         # An OOM or crash on a canary replica is never noise: roll back at once.
@@ -183,7 +184,7 @@ def _events(spec: GateSpec, judging: Judging) -> Evaluation:
             value=count,
             threshold=threshold,
             query=measured.query,
-            reason=f"{count:g} {spec.signal} on the canary in the last "
+            reason=f"{events_counted(spec.signal, count)} on the canary in the last "
             f"{format_duration(spec.window)}",
             evidence=evidence,
         )

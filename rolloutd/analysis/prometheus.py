@@ -20,11 +20,13 @@ never pays for it.
 from __future__ import annotations
 
 import ast
+import contextlib
 import json
 import math
 import re
+import threading
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 from typing import Any, NoReturn
 from urllib.parse import urlsplit, urlunsplit
@@ -34,6 +36,7 @@ from prometheus_api_client.exceptions import PrometheusApiClientException
 from urllib3.util.retry import Retry
 
 from rolloutd.analysis.base import Measurement, MeasurementError, Pool
+from rolloutd.analysis.batching import POOLS, both_pools, both_pools_selector
 from rolloutd.analysis.budget import time_left
 from rolloutd.analysis.templates import Labels, Signal, Templates, promql_duration, render
 
@@ -46,6 +49,25 @@ _MATCHER = re.compile(r'([A-Za-z_][A-Za-z0-9_]*)\s*(=~|!~|!=|=)\s*"((?:[^"\\]|\\
 _RECENTLY = "1h"
 _STATUS = re.compile(r"HTTP Status Code (\d+)")
 _COUNTING = ("events", "count")
+# Joint answers kept for the other pool's question, and joint query shapes, at most.
+_KEEP_AT_MOST = 256
+
+
+class _ThreadClients(threading.local):
+    """One Prometheus client per thread for a URL."""
+
+    def __init__(self, disable_ssl: bool) -> None:
+        self.disable_ssl = disable_ssl
+        self.client: PrometheusConnect | None = None
+
+
+_CLIENTS: dict[tuple[str, bool], _ThreadClients] = {}
+_CLIENTS_LOCK = threading.Lock()
+
+
+def _clients(url: str, disable_ssl: bool) -> _ThreadClients:
+    with _CLIENTS_LOCK:
+        return _CLIENTS.setdefault((url, disable_ssl), _ThreadClients(disable_ssl))
 
 
 @dataclass(frozen=True)
@@ -69,8 +91,10 @@ class PrometheusMetrics:
         scrape_interval: timedelta = timedelta(seconds=15),
         timeout: timedelta = timedelta(seconds=10),
         disable_ssl: bool = False,
+        batch: bool = True,
     ) -> None:
         """A source asking ``url``; no request is made before the first ``measure``.
+        ``batch``: ask both pools in one query where the signal's templates allow.
 
         :raises ValueError: a label name that is not one, or a duration not positive.
         """
@@ -84,16 +108,34 @@ class PrometheusMetrics:
         self.pool_label = self.labels.pool_label
         self.stale_after = 2 * scrape_interval
         self.timeout = timeout.total_seconds()
-        # No retries inside a tick (the next tick asks again, and a tick must stay short);
-        # read=False hands back a read timeout as itself rather than as a connection error.
-        self._client = PrometheusConnect(
-            self.url,
-            disable_ssl=disable_ssl,
-            retry=Retry(total=0, read=False, raise_on_status=False),
-        )
+        self._clients = _clients(self.url, disable_ssl)
+        self.batch = batch
+        self._lock = threading.Lock()
+        self._kept: dict[tuple[str, Pool, timedelta, datetime], Measurement] = {}
+        self._joint: dict[tuple[str, timedelta], dict[str, tuple[str, str]] | None] = {}
+
+    @property
+    def _client(self) -> PrometheusConnect:
+        """This thread's client of the URL, shared by every source that asks it (one
+        keep-alive connection per thread, not one per rollout)."""
+        client: PrometheusConnect | None = getattr(self._clients, "client", None)
+        if client is None:
+            # No retries inside a tick (the next tick asks again, and a tick must stay
+            # short); read=False hands back a read timeout as itself, not a connection error.
+            client = PrometheusConnect(
+                self.url,
+                disable_ssl=self._clients.disable_ssl,
+                retry=Retry(total=0, read=False, raise_on_status=False),
+            )
+            self._clients.client = client
+        return client
 
     def measure(self, signal: str, pool: Pool, window: timedelta, now: datetime) -> Measurement:
         """The value of ``signal`` on ``pool`` over ``window`` ending at ``now``.
+
+        Where the signal's templates allow, one query per role answers both pools and the
+        other pool's measurement is kept for its caller's next question (a gate asks both
+        at the same ``now``); whatever the joint answer cannot settle is asked per pool.
 
         :raises MeasurementError: unknown signal, bad window, or no finite answer.
         """
@@ -103,6 +145,26 @@ class PrometheusMetrics:
             raise MeasurementError(
                 f"no signal {signal!r} in {self.templates.source} (it defines: {known})"
             )
+        with self._lock:
+            kept = self._kept.pop((signal, pool, window, now), None)
+        if kept is not None:
+            return kept
+        if self.batch and pool in POOLS:
+            both = self._measure_both(signal, spec, window, now)
+            with self._lock:
+                # Kept answers are for one moment: a new ``now`` makes the old ones moot.
+                if any(key[3] != now for key in self._kept) or len(self._kept) > _KEEP_AT_MOST:
+                    self._kept.clear()
+                for other, measured in both.items():
+                    if other != pool:
+                        self._kept[(signal, other, window, now)] = measured
+            if pool in both:
+                return both[pool]
+        return self._measure_one(signal, spec, pool, window, now)
+
+    def _measure_one(
+        self, signal: str, spec: Signal, pool: Pool, window: timedelta, now: datetime
+    ) -> Measurement:
         try:
             queries = {
                 role: render(text, pool=pool, window=window, labels=self.labels)
@@ -125,31 +187,108 @@ class PrometheusMetrics:
                 self._explain_absence(
                     spec, answer.query, pool, now, f"samples of {where}", also=queries["value"]
                 )
-            samples = self._number(answer, f"samples of {where}")
-            if samples < 0:
-                raise MeasurementError(
-                    f"samples of {where} is negative ({samples:g})", query=queries["samples"]
-                )
+            samples = self._samples(answer, where)
         if not value_answer.series:
             self._explain_absence(spec, value_answer.query, pool, now, where)
         value = self._value(value_answer, where, samples)
-        raw: dict[str, Any] = {"at": now.isoformat(), "value": value, "samples": samples}
-        if age is not None:
-            raw["newest_sample_age_s"] = round(age, 3)
-        if spec.kind in _COUNTING:
-            # increase() extrapolates to the window's edges; an event count is a whole number.
-            value = float(round(value))
-        if spec.kind == "quantile":
-            value *= spec.scale
-            if "buckets" in queries:
-                raw["buckets"] = self._buckets(spec, queries["buckets"], now, where)
-        raw["queries"] = {role: q for role, q in queries.items() if role != "value"}
-        return Measurement(
-            value,
-            None if samples is None else round(samples),
-            query=queries["value"],
-            raw=raw,
-        )
+        buckets = None
+        if spec.kind == "quantile" and "buckets" in queries:
+            buckets = self._buckets(spec, self._ask(queries["buckets"], now), where)
+        return _measurement(spec, queries, value, samples, age, buckets, now)
+
+    # -- both pools in one query -----------------------------------------------------------
+
+    def _measure_both(
+        self, signal: str, spec: Signal, window: timedelta, now: datetime
+    ) -> dict[Pool, Measurement]:
+        """Both pools' measurements from one query per role, for the pools it settles."""
+        try:
+            joint = self._joint_queries(signal, spec, window)
+        except ValueError:
+            return {}  # asked per pool, which says what is wrong
+        if joint is None:
+            return {}
+        try:
+            answers = {role: self._ask(query, now) for role, (query, _) in joint.items()}
+            by_pool = {
+                role: _split(answers[role], label, role == "buckets")
+                for role, (_, label) in joint.items()
+            }
+        except MeasurementError:
+            return {}
+        queries = {role: query for role, (query, _) in joint.items()}
+        found: dict[Pool, Measurement] = {}
+        for pool in POOLS:
+            share = {role: by_pool[role].get(pool, _Answer(q, [])) for role, q in queries.items()}
+            where = f"{signal} on {pool} over the last {promql_duration(window)}"
+            # What the joint answer cannot settle is asked again alone, which explains it.
+            with contextlib.suppress(MeasurementError):
+                measured = self._settled(spec, queries, share, where, now)
+                # The evidence names the pool's own query, which is what the value answers.
+                own = {
+                    role: render(text, pool=pool, window=window, labels=self.labels)
+                    for role, text in spec.queries().items()
+                    if role != "fresh"
+                }
+                raw = {**measured.raw, "queries": _evidence(own), "asked_jointly": queries}
+                found[pool] = replace(measured, query=own["value"], raw=raw)
+        return found
+
+    def _joint_queries(
+        self, signal: str, spec: Signal, window: timedelta
+    ) -> dict[str, tuple[str, str]] | None:
+        """The signal's queries by role, each for both pools with its pool label, or
+        ``None`` when one of them cannot be asked that way (kept per signal and window)."""
+        key = (signal, window)
+        if key in self._joint:
+            return self._joint[key]
+        templates = spec.queries()
+        fresh = templates.pop("fresh", None)
+        joint: dict[str, tuple[str, str]] | None = {}
+        for role, template in templates.items():
+            found = both_pools(template, window, self.labels)
+            if found is None or joint is None:
+                joint = None
+                break
+            joint[role] = found
+        if joint is not None:
+            selector = (
+                both_pools_selector(fresh, self.labels)
+                if fresh is not None
+                else _first_joint_selector(joint.get("samples", joint["value"]))
+            )
+            if selector is None:
+                joint = None
+            else:
+                joint["fresh"] = (f"max by ({selector[1]}) (timestamp({selector[0]}))", selector[1])
+        if len(self._joint) > _KEEP_AT_MOST:
+            self._joint.clear()
+        self._joint[key] = joint
+        return joint
+
+    def _settled(
+        self,
+        spec: Signal,
+        queries: Mapping[str, str],
+        answer: Mapping[str, _Answer],
+        where: str,
+        now: datetime,
+    ) -> Measurement:
+        """One pool's measurement from its share of the joint answers.
+
+        :raises MeasurementError: anything short of a fresh, finite answer in every role.
+        """
+        newest = self._number(answer["fresh"], f"newest sample of {where}")
+        age = now.timestamp() - newest
+        if age > self.stale_after.total_seconds():
+            raise MeasurementError(f"{where}: stale", query=queries["fresh"])
+        samples = self._samples(answer["samples"], where) if "samples" in answer else None
+        value = self._value(answer["value"], where, samples)
+        buckets = self._buckets(spec, answer["buckets"], where) if "buckets" in answer else None
+        if spec.kind != "quantile":
+            buckets = None
+        fields = {role: query for role, query in queries.items() if role != "fresh"}
+        return _measurement(spec, fields, value, samples, age, buckets, now)
 
     # -- stale and absent ------------------------------------------------------------------
 
@@ -297,10 +436,16 @@ class PrometheusMetrics:
             )
         return self._number(answer, where)
 
-    def _buckets(
-        self, spec: Signal, query: str, now: datetime, where: str
-    ) -> list[list[str | float]]:
-        answer = self._ask(query, now)
+    def _samples(self, answer: _Answer, where: str) -> float:
+        samples = self._number(answer, f"samples of {where}")
+        if samples < 0:
+            raise MeasurementError(
+                f"samples of {where} is negative ({samples:g})", query=answer.query
+            )
+        return samples
+
+    def _buckets(self, spec: Signal, answer: _Answer, where: str) -> list[list[str | float]]:
+        query = answer.query
         buckets: list[tuple[float, float]] = []
         for labels, text in answer.series:
             if "le" not in labels:
@@ -346,6 +491,64 @@ def _selectors(query: str) -> list[tuple[str, str]]:
 def _first_selector(query: str) -> str | None:
     found = _selectors(query)
     return f"{found[0][0]}{{{found[0][1]}}}" if found else None
+
+
+def _first_joint_selector(joint: tuple[str, str]) -> tuple[str, str] | None:
+    selector = _first_selector(joint[0])
+    return None if selector is None or f"{joint[1]}=~" not in selector else (selector, joint[1])
+
+
+def _split(answer: _Answer, label: str, buckets: bool) -> dict[Pool, _Answer]:
+    """A joint answer's series per pool, without the pool label.
+
+    :raises MeasurementError: a series with other labels or none (the query's shape kept
+        more than the pool apart), or a pool with several series where one is expected.
+    """
+    allowed = {label, "le"} if buckets else {label}
+    found: dict[Pool, list[tuple[dict[str, str], str]]] = {}
+    for labels, text in answer.series:
+        pool = next((p for p in POOLS if p == labels.get(label)), None)
+        if pool is None or set(labels) - allowed:
+            raise MeasurementError("the joint answer is not split by pool", query=answer.query)
+        rest = {name: value for name, value in labels.items() if name != label}
+        found.setdefault(pool, []).append((rest, text))
+    if not buckets and any(len(series) > 1 for series in found.values()):
+        raise MeasurementError("the joint answer has several series a pool", query=answer.query)
+    return {pool: _Answer(answer.query, series) for pool, series in found.items()}
+
+
+def _measurement(
+    spec: Signal,
+    queries: Mapping[str, str],
+    value: float,
+    samples: float | None,
+    age: float | None,
+    buckets: list[list[str | float]] | None,
+    now: datetime,
+) -> Measurement:
+    """A signal's measurement with its evidence: the queries, samples, age and buckets."""
+    raw: dict[str, Any] = {"at": now.isoformat(), "value": value, "samples": samples}
+    if age is not None:
+        raw["newest_sample_age_s"] = round(age, 3)
+    if spec.kind in _COUNTING:
+        # increase() extrapolates to the window's edges; an event count is a whole number.
+        value = float(round(value))
+    if spec.kind == "quantile":
+        value *= spec.scale
+        if buckets is not None:
+            raw["buckets"] = buckets
+    raw["queries"] = _evidence(queries)
+    return Measurement(
+        value,
+        None if samples is None else round(samples),
+        query=queries["value"],
+        raw=raw,
+    )
+
+
+def _evidence(queries: Mapping[str, str]) -> dict[str, str]:
+    """The queries kept as evidence beside the value's own."""
+    return {role: q for role, q in queries.items() if role not in ("value", "fresh")}
 
 
 def _quoted(value: str) -> str:

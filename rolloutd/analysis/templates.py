@@ -36,10 +36,10 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Literal, Self
 
-import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from rolloutd.errors import BadInput, Problem
+from rolloutd.userfiles import read_user_file, safe_yaml
 
 GATES_DIR = Path(__file__).resolve().parents[2] / "gates"
 """The repository's ``gates/`` directory, where named template files live."""
@@ -283,17 +283,14 @@ def load_templates(reference: str, directory: Path = GATES_DIR) -> Templates:
     """
     path = resolve(reference, directory)
     source = str(path)
-    try:
-        if path.stat().st_size > MAX_TEMPLATE_BYTES:
-            raise BadInput.one(source, "", f"is larger than {MAX_TEMPLATE_BYTES} bytes")
-        text = path.read_text(encoding="utf-8")
-    except FileNotFoundError:
+    if not path.exists() and not path.is_symlink():
         names = ", ".join(available(directory)) or "none"
         raise BadInput.one(
             source, "", f"no such template file (named templates in {directory}: {names})"
-        ) from None
-    except (OSError, UnicodeDecodeError) as exc:
-        raise BadInput.one(source, "", f"cannot be read: {exc}") from None
+        )
+    text = read_user_file(
+        path, expected="a YAML template file", what="a template file", limit=MAX_TEMPLATE_BYTES
+    )
     return parse_templates(text, source)
 
 
@@ -302,10 +299,7 @@ def parse_templates(text: str, source: str = "<templates>") -> Templates:
 
     :raises BadInput: one problem per broken field.
     """
-    try:
-        data = yaml.safe_load(text)
-    except yaml.YAMLError as exc:
-        raise BadInput.one(source, "", f"is not valid YAML: {exc}") from None
+    data = safe_yaml(text, source)
     if not isinstance(data, dict):
         raise BadInput.one(source, "", "expected a mapping with 'signals'")
     try:

@@ -291,3 +291,29 @@ def test_every_signal_of_the_reference_plan_is_in_the_triton_file() -> None:
         expected = {"events": {"count", "events"}, "compare": {"events"}}.get(gate.kind)
         if expected:
             assert signals[signal].kind in expected, name
+
+
+@pytest.mark.parametrize(
+    ("content", "message"),
+    [
+        ("signals: {a: 2025-13-45}\n", "holds a value that cannot be read: month must be"),
+        ("[" * 100_000, "is nested too deeply to read"),
+        ("signals:\x00\n", "is a binary file; expected a YAML template file"),
+    ],
+)
+def test_a_template_file_that_cannot_be_read_is_bad_input_naming_it(
+    tmp_path: Path, content: str, message: str
+) -> None:
+    """A value no type holds, thousands of '[' and a binary file are each one problem with
+    the file, not a crash."""
+    path = tmp_path / "templates.yaml"
+    path.write_text(content)
+    with pytest.raises(BadInput) as raised:
+        load_templates(str(path))
+    assert str(raised.value).startswith(f"{path}: {message}")
+
+
+def test_a_template_file_on_a_device_is_read_only_to_the_limit() -> None:
+    """/dev/zero never ends: reading stops one byte past the limit."""
+    with pytest.raises(BadInput, match="holds more than"):
+        load_templates("/dev/zero")
