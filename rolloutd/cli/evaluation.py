@@ -1,9 +1,13 @@
 """``rolloutctl eval``: run the tool-argument suite against an endpoint, outside any rollout.
 
-The suite is read and checked whole before a single request goes out; the database (when
-storing) is checked before the run too, so a run is never thrown away at the end. httpx,
-jsonschema and the runner are imported inside the command: ``rolloutctl status`` must not
-pay for them.
+The suite and the options are read and checked whole before a single request goes out; the
+database (when storing) is checked before the run too, so a run is never thrown away at the
+end. aiohttp, jsonschema and the runner are imported inside the command: ``rolloutctl
+status`` must not pay for them.
+
+The exit code is the check's verdict, for scripts: 3 when a run measured too little (more
+than ``--max-request-errors`` of its cases got no answer) or, with a baseline, when a
+paired rule fired. The report's ``failures`` say which.
 """
 
 from __future__ import annotations
@@ -16,13 +20,18 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
-from rolloutd.cli.common import OUTPUT, emit
+from rolloutd.cli.common import OUTPUT, FiniteFloatRange, emit
+from rolloutd.cli.errors import REFUSED
 from rolloutd.errors import BadInput
 
 if TYPE_CHECKING:
     from rolloutd.evaluation.results import RunSummary
 
 API_KEY_ENV = "ROLLOUTD_EVAL_API_KEY"
+MAX_REQUEST_ERRORS = 0.05
+"""A suite gate's default ``max_request_errors``, so eval and a rollout agree on "too little"."""
+MAX_ANSWER_BYTES = 1024 * 1024
+MAX_DROP_POINTS, ALPHA = 1.0, 0.05
 
 
 @click.command("eval")
@@ -35,13 +44,25 @@ API_KEY_ENV = "ROLLOUTD_EVAL_API_KEY"
 @click.option(
     "--timeout",
     "timeout_s",
-    type=click.FloatRange(min=0.1),
+    type=FiniteFloatRange(min=0.1, max=3600.0),
     default=60.0,
     help="Seconds per request before it is retried (then a request error).",
 )
 @click.option("--retries", type=click.IntRange(0, 10), default=2)
+@click.option(
+    "--max-request-errors",
+    type=FiniteFloatRange(min=0.0, max=1.0),
+    default=MAX_REQUEST_ERRORS,
+    help="Share of a run's cases that may go unanswered (request errors) before eval fails.",
+)
+@click.option(
+    "--max-answer-bytes",
+    type=click.IntRange(1, 1024**3),
+    default=MAX_ANSWER_BYTES,
+    help="Largest answer body read; a larger answer is a request error.",
+)
 @click.option("--model", help="Model name to request (default: the first one /v1/models lists).")
-@click.option("--seed", type=int, default=1234, help="Sampling seed.")
+@click.option("--seed", type=click.IntRange(0, 2**31 - 1), default=1234, help="Sampling seed.")
 @click.option(
     "--send-expected",
     is_flag=True,
@@ -55,6 +76,7 @@ def eval_command(
     baseline_endpoint: str | None,
     no_store: bool,
     output: str,
+    max_request_errors: float,
     **runner: Any,
 ) -> None:
     """Run the tool-argument SUITE (JSONL) against an OpenAI-compatible endpoint.
@@ -69,18 +91,30 @@ def eval_command(
     before any request is sent.
 
     \b
+    Exit codes:
+      0  the check passed
+      1  runtime failure (the database could not be reached)
+      2  bad input (the suite, an option, an endpoint URL); nothing was sent
+      3  the check failed: more than --max-request-errors of a run's cases got no
+         answer, or with --baseline-endpoint a paired rule fired: max_drop (exactness
+         more than 1 point below the baseline) or no_regression (a field or whole
+         calls worse, Holm-adjusted); "failures" in the JSON says which
+
+    \b
     Examples:
       rolloutctl eval gates/suites/tool-args-300.jsonl --endpoint http://10.20.0.14:8000
       rolloutctl eval gates/suites/tool-args-300.jsonl --endpoint http://10.20.0.14:8000 \\
           --baseline-endpoint http://10.20.0.11:8000 --concurrency 16 --output json
     """
+    from rolloutd.core.urls import url_problem
     from rolloutd.evaluation.runner import RunnerOptions, public_endpoint, run_suite
     from rolloutd.evaluation.suite import load_suite
     from rolloutd.redact import register_secret
 
     for option, url in (("--endpoint", endpoint), ("--baseline-endpoint", baseline_endpoint)):
-        if url is not None and not url.startswith(("http://", "https://")):
-            raise BadInput.one(option, "", f"expected an http:// or https:// URL, got {url!r}")
+        problem = url_problem(url) if url is not None else None
+        if problem is not None:
+            raise BadInput.one(option, "", f"{problem}, got {url!r}")
     loaded = load_suite(suite)
     api_key = os.environ.get(API_KEY_ENV)
     register_secret(api_key)
@@ -102,8 +136,10 @@ def eval_command(
                     progress=progress,
                 )
         stored = store(list(runs.values()))
-    data = _report(runs, stored)
+    data = _report(runs, stored, max_request_errors)
     emit(data, output, _print)
+    if data["failures"]:
+        sys.exit(REFUSED)
 
 
 @contextmanager
@@ -149,13 +185,22 @@ def _progress(label: str, total: int) -> Iterator[Callable[[int, int], None] | N
         yield lambda done, _total: bar.update(task, completed=done)
 
 
-def _report(runs: dict[str, RunSummary], stored: dict[str, int]) -> dict[str, Any]:
+def _report(
+    runs: dict[str, RunSummary], stored: dict[str, int], max_request_errors: float
+) -> dict[str, Any]:
     from rolloutd.evaluation.gate import field_table
     from rolloutd.evaluation.statistics import max_drop_test, pair, worse_p_value
 
     data: dict[str, Any] = {
         role: {**run.as_json(), "run_id": stored.get(role)} for role, run in runs.items()
     }
+    failures = [
+        f"{role}: {run.request_errors} of {len(run.cases)} cases got no answer (request "
+        f"errors), more than --max-request-errors {100 * max_request_errors:g}% allows"
+        for role, run in runs.items()
+        # The same share a suite gate calls "too little measured".
+        if run.request_errors / len(run.cases) > max_request_errors
+    ]
     if "baseline" in runs:
         baseline, canary = runs["baseline"], runs["canary"]
         flags = [
@@ -163,11 +208,24 @@ def _report(runs: dict[str, RunSummary], stored: dict[str, int]) -> dict[str, An
             for run in (baseline, canary)
         ]
         cases = pair(flags[0], flags[1])
+        drop = max_drop_test(cases, MAX_DROP_POINTS / 100, ALPHA)
+        fields = field_table(baseline, canary, ALPHA)
         data["comparison"] = {
             "calls": {**cases.as_evidence(), "p_value_worse": worse_p_value(cases)},
-            "max_drop": max_drop_test(cases, 0.01, 0.05).as_evidence(),
-            "fields": field_table(baseline, canary, 0.05),
+            "max_drop": drop.as_evidence(),
+            "fields": fields,
         }
+        if drop.fires:
+            low, high = drop.interval
+            failures.append(
+                f"max_drop: exactness dropped {100 * cases.drop:.2f} points (interval "
+                f"{100 * low:.2f} to {100 * high:.2f}), more than {MAX_DROP_POINTS:g} "
+                f"(p={drop.p_value:.2g})"
+            )
+        regressed = [row["field"] for row in fields if row["regressed"]]
+        if regressed:
+            failures.append(f"no_regression: worse than the baseline: {', '.join(regressed)}")
+    data["failures"] = failures
     return data
 
 
@@ -192,17 +250,20 @@ def _print(data: dict[str, Any]) -> None:
                 f"{row['schema_violations']:6} {row['strict_correct']:6}"
             )
     comparison = data.get("comparison")
-    if comparison is None:
-        return
-    calls, drop = comparison["calls"], comparison["max_drop"]
-    click.echo(
-        f"paired: {calls['pairs']} cases, canary worse in {calls['canary_worse']}, better in "
-        f"{calls['canary_better']} (p={calls['p_value_worse']:.3g}); drop "
-        f"{drop['drop_points']:.2f} points, interval {drop['drop_interval_points']}, "
-        f"more than 1 point: {'yes' if drop['fires'] else 'not shown'}"
-    )
-    regressed = [row["field"] for row in comparison["fields"] if row["regressed"]]
-    click.echo(f"fields regressed: {', '.join(regressed) if regressed else 'none'}")
+    if comparison is not None:
+        calls, drop = comparison["calls"], comparison["max_drop"]
+        click.echo(
+            f"paired: {calls['pairs']} cases, canary worse in {calls['canary_worse']}, better "
+            f"in {calls['canary_better']} (p={calls['p_value_worse']:.3g}); drop "
+            f"{drop['drop_points']:.2f} points, interval {drop['drop_interval_points']}, "
+            f"more than {MAX_DROP_POINTS:g} point: {'yes' if drop['fires'] else 'not shown'}"
+        )
+        regressed = [row["field"] for row in comparison["fields"] if row["regressed"]]
+        click.echo(f"fields regressed: {', '.join(regressed) if regressed else 'none'}")
+    for failure in data["failures"]:
+        click.echo(f"failed: {failure}")
+    if not data["failures"]:
+        click.echo("passed")
 
 
 def _pct(value: float | None) -> str:

@@ -34,7 +34,7 @@ from typing import Any
 from rolloutd.analysis import toolcalls
 from rolloutd.analysis.toolcalls import parse_arguments, same_json, schema_validator
 from rolloutd.core.suite_outcomes import FIELD_OUTCOMES, CaseOutcome, FieldOutcome
-from rolloutd.evaluation.suite import SuiteCase
+from rolloutd.evaluation.suite import MAX_DEPTH, SuiteCase, nests_deeper
 
 GOOD_FIELD: frozenset[str] = frozenset({"correct", "format"})
 
@@ -129,8 +129,8 @@ def score_case(case: SuiteCase, call: Call) -> CaseResult:
         )
     schema = case.schema_of(call.name) or {}
     text = call.arguments or ""
-    arguments = parse_arguments(text)
-    if arguments is None:
+    arguments = _read_arguments(text)
+    if isinstance(arguments, str):
         fields = tuple(_missing(key, value) for key, value in expected.items())
         return CaseResult(
             case.id,
@@ -142,7 +142,7 @@ def score_case(case: SuiteCase, call: Call) -> CaseResult:
             fields,
             call.name,
             text,
-            ("the arguments are not a JSON object",),
+            (arguments,),
         )
     errors = _schema_errors(arguments, schema)
     invalid = {path for path, _ in errors}
@@ -182,6 +182,22 @@ def score_case(case: SuiteCase, call: Call) -> CaseResult:
         text,
         tuple(message for _, message in errors),
     )
+
+
+def _read_arguments(text: str) -> dict[str, Any] | str:
+    """The answered arguments, or why they cannot be scored.
+
+    The comparison and the schema check recurse through the arguments: nesting deeper than
+    any suite case may is a malformed call, not a reason to exhaust the stack.
+    """
+    too_deep = f"the arguments nest lists and objects deeper than {MAX_DEPTH} levels"
+    try:
+        arguments = parse_arguments(text)
+    except RecursionError:
+        return too_deep
+    if arguments is None:
+        return "the arguments are not a JSON object"
+    return too_deep if nests_deeper(arguments, MAX_DEPTH) else arguments
 
 
 def compare_value(expected: Any, actual: Any, schema: Mapping[str, Any]) -> FieldOutcome:

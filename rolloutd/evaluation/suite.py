@@ -12,23 +12,34 @@ A tool may also be written bare (``{"name", "parameters"}``). Blank lines are sk
 Every problem is reported with the file, the line and the field, and a suite with any
 problem is refused as a whole: a run over half a suite would be compared with a run over
 all of it.
+
+A case nests lists and objects at most :data:`MAX_DEPTH` deep, and a tool's ``$ref`` must
+point into its own schema: the checks and comparisons that follow recurse through both, so
+a deeper case would exhaust the stack, and jsonschema fetches a ``$ref`` to another document
+over the network.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from jsonschema import Draft202012Validator, FormatChecker, SchemaError
+from referencing import Registry
+from referencing.exceptions import Unresolvable
+from referencing.jsonschema import DRAFT202012
 
 from rolloutd.errors import BadInput, Problem
 
 KEYS = frozenset({"id", "messages", "tools", "expected", "tags", "meta"})
 MAX_PROBLEMS = 20
+MAX_DEPTH = 64
+"""How deeply a case may nest lists and objects; real tool calls use a handful of levels."""
+_TOOL_URI = "urn:rolloutd:tool"
 
 
 @dataclass(frozen=True)
@@ -117,11 +128,41 @@ def parse_suite(data: bytes, source: str) -> Suite:
     return Suite(source, hashlib.sha256(data).hexdigest(), tuple(cases))
 
 
+def nests_deeper(value: object, limit: int) -> bool:
+    """Whether ``value`` nests lists and objects more than ``limit`` deep (walked without
+    recursion, so any depth can be asked about)."""
+    stack: list[tuple[object, int]] = [(value, 1)]
+    while stack:
+        item, depth = stack.pop()
+        if isinstance(item, dict):
+            children: Iterable[object] = item.values()
+        elif isinstance(item, list):
+            children = item
+        else:
+            continue
+        if depth > limit:
+            return True
+        stack.extend((child, depth + 1) for child in children)
+    return False
+
+
+def _not_json(constant: str) -> None:
+    raise ValueError(f"{constant} is not a JSON number")
+
+
 def _case(line: str, number: int, problems: list[tuple[str, str]]) -> SuiteCase | None:
+    too_deep = f"nests lists and objects deeper than {MAX_DEPTH} levels"
     try:
-        document = json.loads(line)
+        document = json.loads(line, parse_constant=_not_json)
     except ValueError as exc:
         problems.append(("", f"not valid JSON: {exc}"))
+        return None
+    except RecursionError:
+        # json gives up near Python's recursion limit, long past MAX_DEPTH.
+        problems.append(("", too_deep))
+        return None
+    if nests_deeper(document, MAX_DEPTH):
+        problems.append(("", too_deep))
         return None
     if not isinstance(document, dict):
         problems.append(("", f"expected a JSON object, got {type(document).__name__}"))
@@ -186,8 +227,34 @@ def _tools(
             problems.append((f"{where}.parameters{path}", message))
             broken.add(name)
             continue
+        unresolved = _unresolved_ref(parameters)
+        if unresolved is not None:
+            problems.append((f"{where}.parameters", unresolved))
+            broken.add(name)
+            continue
         functions.append({**function, "parameters": parameters})
     return tuple(functions), broken
+
+
+def _unresolved_ref(schema: dict[str, Any]) -> str | None:
+    """What is wrong with the first ``$ref`` that does not point into ``schema``, if any."""
+    registry = Registry().with_resource(_TOOL_URI, DRAFT202012.create_resource(schema))
+    resolver = registry.resolver(_TOOL_URI)
+    stack: list[object] = [schema]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, list):
+            stack.extend(item)
+        if not isinstance(item, dict):
+            continue
+        ref = item.get("$ref")
+        if isinstance(ref, str):
+            try:
+                resolver.lookup(ref)
+            except Unresolvable:
+                return f"$ref {ref!r} does not point into the tool's schema"
+        stack.extend(item.values())
+    return None
 
 
 def _expected(
@@ -214,7 +281,14 @@ def _expected(
         problems.append(("expected.name", f"{name!r} is not one of the case's tools ({offered})"))
         return None
     validator = Draft202012Validator(schemas[name], format_checker=FormatChecker())
-    for error in sorted(validator.iter_errors(arguments), key=lambda e: list(e.path)):
+    try:
+        errors = sorted(validator.iter_errors(arguments), key=lambda e: list(e.path))
+    except Unresolvable as exc:
+        # A $ref relative to a nested $id that the check from the root did not catch.
+        message = f"$ref {exc.ref!r} in the schema of {name} cannot be resolved"
+        problems.append(("expected.arguments", message))
+        return None
+    for error in errors:
         path = ".".join(str(p) for p in error.path)
         where = f"expected.arguments.{path}" if path else "expected.arguments"
         problems.append((where, f"violates the schema of {name}: {error.message}"))

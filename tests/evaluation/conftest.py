@@ -2,10 +2,15 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+import asyncio
+import socket
+import threading
+from collections.abc import Awaitable, Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
+from aiohttp import web
 
 from rolloutd.evaluation.results import RunSummary
 from rolloutd.evaluation.runner import RunnerOptions, run_suite
@@ -15,6 +20,8 @@ from rolloutd.sim.profiles import Profile
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "gates" / "suites" / "tool-args-300.jsonl"
 SIM = RunnerOptions(concurrency=16, send_expected=True, timeout_s=10, retries=1, backoff_s=0.01)
+
+Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
 
 @pytest.fixture(scope="session")
@@ -46,3 +53,40 @@ def profile_runs(example_suite: Suite) -> Iterator[dict[str, RunSummary]]:
         finally:
             replica.stop()
     yield runs
+
+
+@contextmanager
+def engine(handler: Handler) -> Iterator[str]:
+    """A real HTTP endpoint on 127.0.0.1 that answers every request with ``handler``, served
+    by its own event loop on its own thread; yields its URL.
+
+    A handler still running when its client gives up is cancelled, as a real engine would
+    drop the work.
+    """
+    loop = asyncio.new_event_loop()
+    thread = threading.Thread(target=loop.run_forever, daemon=True)
+    thread.start()
+    app = web.Application()
+    app.router.add_route("*", "/{path:.*}", handler)
+    runner = web.AppRunner(app, shutdown_timeout=0.1, handler_cancellation=True, access_log=None)
+
+    async def serve() -> int:
+        await runner.setup()
+        await web.TCPSite(runner, "127.0.0.1", 0).start()
+        return int(runner.addresses[0][1])
+
+    try:
+        port = asyncio.run_coroutine_threadsafe(serve(), loop).result(5)
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        asyncio.run_coroutine_threadsafe(runner.cleanup(), loop).result(5)
+        loop.call_soon_threadsafe(loop.stop)
+        thread.join(5)
+        loop.close()
+
+
+def closed_port() -> int:
+    """A local port that nothing listens on."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])

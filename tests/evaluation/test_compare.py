@@ -115,3 +115,18 @@ def test_wrong_tool_no_call_and_unparseable_arguments() -> None:
     assert score_case(CASE, Call(None)).outcome == "no_call"
     broken = score_case(CASE, Call("pay", '{"order_id": "ORD-123456", "amo'))
     assert (broken.outcome, broken.schema_valid, broken.exact) == ("schema_violation", False, False)
+
+
+def test_arguments_nested_deeper_than_a_suite_may_are_a_schema_violation_unscored() -> None:
+    """Arguments 100 levels deep are a malformed call: not compared field by field, since the
+    comparison recurses through them."""
+    deep: Any = "x"
+    for _ in range(100):
+        deep = [deep]
+    result = score_case(CASE, Call("pay", json.dumps({**EXPECTED, "tags": deep})))
+    assert (result.outcome, result.exact, result.fields[0].outcome) == (
+        "schema_violation",
+        False,
+        "missing",
+    )
+    assert result.schema_errors == ("the arguments nest lists and objects deeper than 64 levels",)

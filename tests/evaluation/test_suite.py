@@ -140,3 +140,64 @@ def test_an_empty_or_missing_file_is_refused(tmp_path: Path) -> None:
         load_suite(empty)
     with pytest.raises(BadInput, match=r"missing\.jsonl: cannot read the suite"):
         load_suite(tmp_path / "missing.jsonl")
+
+
+def test_a_line_nested_past_the_recursion_limit_is_refused_with_its_line() -> None:
+    """A line of 100,000 '[' is a problem on its line, not a RecursionError."""
+    problems = _problems([json.dumps(_case("a")), "[" * 100_000])
+    assert problems == ["s.jsonl:2: nests lists and objects deeper than 64 levels"]
+
+
+def test_a_schema_nested_deeper_than_the_limit_is_refused_before_jsonschema_reads_it() -> None:
+    """Valid JSON 400 objects deep would exhaust the stack in the schema check: refused."""
+    case = _case()
+    schema: dict[str, Any] = {"type": "string"}
+    for _ in range(200):
+        schema = {"type": "object", "properties": {"a": schema}}
+    case["tools"][0]["function"]["parameters"]["properties"]["deep"] = schema
+    assert _problems([json.dumps(case)]) == [
+        "s.jsonl:1: nests lists and objects deeper than 64 levels"
+    ]
+
+
+def test_a_schema_nested_within_the_limit_is_read() -> None:
+    """Twenty levels of nested objects, deeper than any real tool call, load and check."""
+    schema: dict[str, Any] = {"type": "string"}
+    value: Any = "x"
+    for _ in range(20):
+        schema = {"type": "object", "properties": {"a": schema}}
+        value = {"a": value}
+    case = _case()
+    case["tools"][0]["function"]["parameters"]["properties"]["deep"] = schema
+    case["expected"]["arguments"]["deep"] = value
+    (loaded,) = parse_suite(json.dumps(case).encode(), "s.jsonl").cases
+    assert loaded.expected_arguments["deep"] == value
+
+
+@pytest.mark.parametrize("ref", ["https://schemas.example/money.json", "#/$defs/missing"])
+def test_a_ref_that_does_not_point_into_the_tool_schema_is_refused(ref: str) -> None:
+    """A $ref to another document or to nothing names the tool's parameters."""
+    case = _case()
+    case["tools"][0]["function"]["parameters"]["properties"]["amount"] = {"$ref": ref}
+    assert _problems([json.dumps(case)]) == [
+        f"s.jsonl:1: tools[0].parameters: $ref '{ref}' does not point into the tool's schema"
+    ]
+
+
+def test_a_ref_within_the_tool_schema_is_followed() -> None:
+    """A local $ref resolves, and the expected arguments are checked through it."""
+    case = _case()
+    parameters = case["tools"][0]["function"]["parameters"]
+    parameters["$defs"] = {"money": {"type": "number"}}
+    parameters["properties"]["amount"] = {"$ref": "#/$defs/money"}
+    assert len(parse_suite(json.dumps(case).encode(), "s.jsonl")) == 1
+    case["expected"]["arguments"]["amount"] = "20"
+    (problem,) = _problems([json.dumps(case)])
+    assert problem.startswith("s.jsonl:1: expected.arguments.amount: violates the schema")
+
+
+def test_nan_and_infinity_are_not_json_numbers() -> None:
+    """Python's json reads NaN and Infinity; a suite that holds them is refused."""
+    line = json.dumps(_case()).replace('"amount": 20}}', '"amount": NaN}}')
+    assert "NaN" in line
+    assert _problems([line]) == ["s.jsonl:1: not valid JSON: NaN is not a JSON number"]
