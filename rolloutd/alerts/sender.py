@@ -13,7 +13,8 @@ message of each webhook and posts it if the webhook is not resting:
 
 A message is marked sent only after Slack answered, so a crash in between sends it again on
 the next run: a repeat, never a loss. The webhook URL is a secret and appears nowhere but in
-the request itself.
+the request itself: what is kept of an answer or an error is an excerpt of it with every
+fragment of the URL's path hidden (see :mod:`rolloutd.alerts.answers`).
 
 Delivery is fenced like every leader write. A run keeps the lease it started under; it reads
 the queues only while that lease is live, and each write (sent, given up, the next attempt,
@@ -37,8 +38,8 @@ from sqlalchemy import ColumnElement
 from sqlalchemy.orm import Session, sessionmaker
 
 from rolloutd import retry
+from rolloutd.alerts.answers import excerpt, read_start
 from rolloutd.alerts.webhooks import Webhooks
-from rolloutd.redact import scrub
 from rolloutd.store import queries
 from rolloutd.store.db import transaction
 from rolloutd.store.lease import Held, fence, hold_for_write
@@ -70,9 +71,10 @@ class Delivery:
     rest: timedelta = PACE
 
 
-def classify(status: int, body: str, retry_after: str | None) -> Delivery:
-    """Read Slack's answer to one post (pure, so every branch is testable)."""
-    said = scrub(body.strip())[:120] or "(empty body)"
+def classify(status: int, said: str, retry_after: str | None) -> Delivery:
+    """Read Slack's answer to one post (pure, so every branch is testable); ``said`` is the
+    excerpt of its body that may be shown (see :func:`rolloutd.alerts.answers.excerpt`)."""
+    said = said or "(empty body)"
     if 200 <= status < 300:
         return Delivery("sent", said)
     if status == 429:
@@ -134,8 +136,10 @@ class Sender:
         actor: str = "rolloutd",
         observe: Callable[[Outcome], None] | None = None,
         lease: Callable[[], Held | None] | None = None,
+        ui_url: str | None = None,
     ) -> None:
         self.sessions = sessions
+        self.ui_url = ui_url
         self.webhooks = webhooks
         self.clock = clock
         self.client = client or httpx.Client(
@@ -170,7 +174,9 @@ class Sender:
                     continue
                 if self._resting.get(url, _EPOCH) > now:
                     continue
-                delivery = self._post(url, head.message)
+                delivery = self._post(
+                    url, with_page_link(head.message, head.rollout_id, self.ui_url)
+                )
                 now = self.clock()
                 rest = self._record(head, delivery, held, now)
             except _LeaseLost:
@@ -186,12 +192,21 @@ class Sender:
 
     def _post(self, url: str, message: dict[str, Any]) -> Delivery:
         try:
-            response = self.client.post(url, json=message)
+            with self.client.stream("POST", url, json=message) as response:
+                body = read_start(response)
         except httpx.HTTPError as exc:
             # Refused, reset, timed out: Slack (or the way to it) may be back in a moment.
-            reason = scrub(str(exc)) or type(exc).__name__
+            reason = excerpt(str(exc), url) or type(exc).__name__
             return Delivery("retry", f"{type(exc).__name__}: {reason}")
-        return classify(response.status_code, response.text, response.headers.get("Retry-After"))
+        except httpx.InvalidURL as exc:
+            # A broken port or host in the variable: no retry mends it, a corrected value does
+            # (the sender reads the variable again for the next message).
+            return Delivery(
+                "failed", f"the webhook URL is not a valid URL ({excerpt(str(exc), url)})"
+            )
+        return classify(
+            response.status_code, excerpt(body, url), response.headers.get("Retry-After")
+        )
 
     def _leading(self, held: Held | None, now: datetime) -> bool:
         """Whether this process may still post under the lease the run started with."""
@@ -293,10 +308,23 @@ class Sender:
         )
 
 
+def with_page_link(
+    message: dict[str, Any], rollout_id: int | None, ui_url: str | None
+) -> dict[str, Any]:
+    """``message`` with a link to the rollout's page in the web view, when the deployment
+    says where that is (``ROLLOUTD_UI_URL``); added at delivery, so the link follows the
+    setting rather than what it was when the alert was queued."""
+    if rollout_id is None or not ui_url:
+        return message
+    page = f"{ui_url.rstrip('/')}/rollouts/{rollout_id}"
+    text = {"type": "mrkdwn", "text": f"<{page}|Open the rollout's page>"}
+    return {**message, "blocks": [*message.get("blocks", []), {"type": "section", "text": text}]}
+
+
 def _detach(row: Any) -> _Head:
     """A copy of the row's columns that outlives its session."""
     columns = {column.name: getattr(row, column.name) for column in fields(_Head)}
     return _Head(**columns | {"message": dict(row.message)})
 
 
-__all__ = ["Delivery", "Sender", "backoff", "classify"]
+__all__ = ["Delivery", "Sender", "backoff", "classify", "with_page_link"]

@@ -33,6 +33,7 @@ class AlertFacts:
     service: str | None = None
     environment: str | None = None
     step: int | None = None
+    """The step's index in the plan (from 0); a message numbers it from 1: step 2 of 6."""
     steps: int | None = None
     step_name: str | None = None
     weight: int | None = None
@@ -113,7 +114,7 @@ def render_text(message: dict[str, Any]) -> str:
 
 def _step(facts: AlertFacts) -> str:
     assert facts.step is not None
-    of = f"/{facts.steps}" if facts.steps else ""
+    of = f" of {facts.steps}" if facts.steps else ""
     name = f" {facts.step_name}" if facts.step_name else ""
     shown = facts.weight is not None and f"{facts.weight}%" not in (facts.step_name or "")
     weight = f", canary {facts.weight}%" if shown else ""

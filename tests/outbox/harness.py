@@ -22,7 +22,7 @@ from rolloutd.store import queries
 from rolloutd.store.lease import Held
 from rolloutd.store.outbox import enqueue_message, list_messages
 from tests.outbox.slack import SlackServer
-from tests.plans import memory_plan
+from tests.plans import NO_EXECUTOR, memory_plan
 from tests.twins import Leader
 
 if TYPE_CHECKING:
@@ -36,6 +36,7 @@ PLAN: dict[str, Any] = memory_plan(
     environment="production",
     gate="queue_timeouts",
     triggers=("oom", "queue_timeouts"),
+    executor=NO_EXECUTOR,
     alerts={
         "channels": {
             "ops": {"webhook_env": "SLACK_WEBHOOK_OPS"},

@@ -192,14 +192,16 @@ def test_metrics_report_the_rollout_gates_and_outbox(store: StoreHandle) -> None
         ("rollout", str(h.rollout_id)),
         ("service", "atlas-70b"),
     )
+    # Rolling back, the rollback has no outcome yet: the rollback label is empty.
+    state = (*rollout, ("rollback", ""))
     assert (
-        samples[("rolloutd_rollout_state", tuple(sorted((*rollout, ("state", "rolling_back")))))]
-        == 1
+        samples[("rolloutd_rollout_state", tuple(sorted((*state, ("state", "rolling_back")))))] == 1
     )
-    assert samples[("rolloutd_rollout_state", tuple(sorted((*rollout, ("state", "running")))))] == 0
+    assert samples[("rolloutd_rollout_state", tuple(sorted((*state, ("state", "running")))))] == 0
     assert samples[("rolloutd_rollout_canary_weight_percent", rollout)] == 0
     assert samples[("rolloutd_rollout_step", rollout)] == 0
-    gate = (("gate", "queue_timeouts"), ("role", "trigger"), ("rollout", str(h.rollout_id)))
+    # queue_timeouts gates the step and is a trigger: one evaluation serves both roles.
+    gate = (("gate", "queue_timeouts"), ("role", "step+trigger"), ("rollout", str(h.rollout_id)))
     assert samples[("rolloutd_gate_value", gate)] == 0.062
     assert samples[("rolloutd_gate_verdict", tuple(sorted((*gate, ("verdict", "fail")))))] == 1
     assert samples[("rolloutd_outbox_pending", ())] == 2

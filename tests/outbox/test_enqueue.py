@@ -36,7 +36,7 @@ def test_a_rollback_alert_names_rollout_step_gate_value_and_threshold(store: Sto
     text = render_text(message)
     assert f"(rollout {h.rollout_id})" in text
     assert "atlas-70b/production" in text
-    assert "Step*: 1/4 canary 5%" in text
+    assert "Step*: 1 of 4 canary 5%" in text
     assert "`queue_timeouts`" in text
     assert "0.062 vs <= 0.01" in text
     assert message["text"].startswith("[critical] atlas-70b/production: rollback started")

@@ -125,6 +125,21 @@ def test_a_wrong_webhook_path_is_no_service_and_does_not_block_other_channels(ri
     assert [b["text"] for b in rig.slack.delivered()] == ["oncall-0", "oncall-1"]
 
 
+def test_a_malformed_webhook_url_gives_the_message_up_naming_the_variable(rig: Rig) -> None:
+    """A webhook URL httpx cannot even parse (a broken IPv6 host) fails the message, with
+    an event naming the variable and nothing of the URL; the sender goes on."""
+    rig.h.environ["SLACK_WEBHOOK_OPS"] = f"http://[::1/services/T0/B0/{SECRET}"
+    rig.queue(1)
+    rig.queue(1, webhook_env="SLACK_WEBHOOK_ONCALL", tag="oncall")
+    rig.h.send(runs=4, every=1.0)
+    by_channel = {(m["channel"], m["status"]) for m in rig.h.outbox()}
+    assert by_channel == {("ops", "failed"), ("oncall", "sent")}
+    (undeliverable,) = [e for e in rig.h.events() if e["kind"] == "alert_undeliverable"]
+    assert "SLACK_WEBHOOK_OPS" in undeliverable["detail"]
+    assert "not a valid URL" in undeliverable["detail"]
+    assert SECRET not in undeliverable["detail"] + str(rig.h.outbox())
+
+
 def test_an_unreachable_slack_is_retried_until_it_is_back(store: StoreHandle) -> None:
     """Connection refused (nothing listening) is a network error: the message waits."""
     with SlackServer(clock=lambda: None) as slack:  # type: ignore[arg-type, return-value]
