@@ -5,16 +5,24 @@ turning, and 503 once it has not turned for a while (a hung loop must look unhea
 to a load balancer or a probe, as it does to systemd's watchdog). The body also carries
 what an operator looks at next, such as the command listener's state; only the main loop
 decides the status code. ``/metrics`` on the same port serves rolloutd's own metrics to
-Prometheus when the daemon supplies them.
+Prometheus when the daemon supplies them, and every other path goes to the read-only web
+view (:mod:`rolloutd.web.server`) when the daemon supplies one.
 """
 
 from __future__ import annotations
 
 import json
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
+
+import structlog
+
+from rolloutd.web.server import Response
+
+log = structlog.get_logger("rolloutd.health")
+Web = Callable[[str, str, Mapping[str, str]], Response]
 
 
 class HealthServer:
@@ -26,8 +34,9 @@ class HealthServer:
         port: int,
         report: Callable[[], tuple[bool, dict[str, Any]]],
         metrics: Callable[[], tuple[bytes, str]] | None = None,
+        web: Web | None = None,
     ):
-        handler = _handler(report, metrics)
+        handler = _handler(report, metrics, web)
         self._server = ThreadingHTTPServer((host, port), handler)
         self._server.daemon_threads = True
         self._thread = threading.Thread(
@@ -52,6 +61,7 @@ class HealthServer:
 def _handler(
     report: Callable[[], tuple[bool, dict[str, Any]]],
     metrics: Callable[[], tuple[bytes, str]] | None,
+    web: Web | None,
 ) -> type[BaseHTTPRequestHandler]:
     class Handler(BaseHTTPRequestHandler):
         def do_GET(self) -> None:
@@ -65,7 +75,22 @@ def _handler(
                 self.wfile.write(exposition)
                 return
             if path != "/healthz":
-                self._send(404, {"error": "not found; try /healthz"})
+                if web is None:
+                    self._send(404, {"error": "not found; try /healthz"})
+                    return
+                _, _, query = self.path.partition("?")
+                try:
+                    headers = {k.lower(): v for k, v in self.headers.items()}
+                    answer = web(path, query, headers)
+                except Exception as exc:  # a page must never take the health port down
+                    log.error("web view failed", path=path, error=f"{type(exc).__name__}: {exc}")
+                    answer = Response(500, b"500 the page failed; see the daemon log\n")
+                self.send_response(answer.status)
+                for name, value in answer.headers.items():
+                    self.send_header(name, value)
+                self.send_header("Content-Length", str(len(answer.body)))
+                self.end_headers()
+                self.wfile.write(answer.body)
                 return
             healthy, body = report()
             self._send(200 if healthy else 503, body)

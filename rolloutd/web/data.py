@@ -1,0 +1,461 @@
+"""What the web view and the report show of a rollout, read from the store.
+
+A 48 h bake stores about 200,000 evaluations; a page cannot draw them all, and must not
+hide the ones that mattered. A gate with no more than ``MAX_POINTS`` evaluations is drawn
+whole; a bigger one keeps what compaction keeps (:mod:`rolloutd.store.retention`): every
+verdict change, the newest of each step, the newest at each decision the events record (what
+the state machine judged), and then one per time slice, where a slice is the rollout's span
+over ``MAX_POINTS``. The selection reads three narrow columns in the index's order and lets
+the database group the slices; only the kept rows' values and evidence are read.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+from urllib.parse import quote, urlsplit
+
+from sqlalchemy import Connection, Integer, cast, extract, func, select
+from sqlalchemy.orm import Session
+
+from rolloutd.errors import NotFound
+from rolloutd.operations import history_view, plan_of, status_view
+from rolloutd.redact import scrub
+from rolloutd.store import queries
+from rolloutd.store.artefact_models import Drill
+from rolloutd.store.evaluations import roles_of
+from rolloutd.store.models import ArtefactSet, Event, GateEvaluation, Rollout, StepProgress
+from rolloutd.store.retention import DECISIVE_EVENTS
+from rolloutd.store.suite_models import SuiteFieldResult, SuiteRun
+
+_EV = GateEvaluation.__table__.c
+"""Its columns, read with Core: the ORM's per-row work shows at 200,000 rows."""
+MAX_POINTS = 600
+"""Evaluations drawn per gate, at most, besides the decisive ones."""
+_THRESHOLD = re.compile(r"^\s*(<=|>=|<|>)\s*(-?[0-9.]+(?:e-?[0-9]+)?)")
+
+
+@dataclass(frozen=True)
+class Point:
+    """One evaluation as a chart draws it."""
+
+    id: int
+    at: datetime
+    step: int
+    """The step it was made in, counted from 1 as every view counts steps."""
+    verdict: str
+    canary: float | None
+    stable: float | None = None
+    lower: float | None = None
+    upper: float | None = None
+    reason: str = ""
+    decided_rollback: bool = False
+
+
+@dataclass
+class GateChart:
+    """One gate's evaluations over the rollout, thinned for drawing."""
+
+    name: str
+    roles: list[str]
+    signal: str | None
+    threshold: str | None
+    limit: float | None
+    stored: int
+    points: list[Point]
+    query: str | None = None
+    prometheus_link: str | None = None
+
+    @property
+    def thinned(self) -> bool:
+        """Whether some evaluations were left out of the chart."""
+        return len(self.points) < self.stored
+
+
+@dataclass
+class RolloutPage:
+    """Everything the rollout page shows."""
+
+    status: dict[str, Any]
+    events: list[dict[str, Any]]
+    steps: list[dict[str, Any]]
+    weights: list[tuple[datetime, float]]
+    gates: list[GateChart]
+    suite_runs: list[dict[str, Any]]
+    artefacts: list[dict[str, Any]]
+    drills: list[dict[str, Any]]
+    started: datetime
+    ended: datetime
+    version: str
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+def version(session: Session, rollout_id: int) -> str:
+    """A token that changes whenever something the rollout page shows changes.
+
+    :raises NotFound: no rollout ``rollout_id``.
+    """
+    newest_evaluation = session.scalar(
+        select(func.max(GateEvaluation.id)).where(GateEvaluation.rollout_id == rollout_id)
+    )
+    newest_event = session.scalar(select(func.max(Event.id)).where(Event.rollout_id == rollout_id))
+    revision = session.scalar(select(Rollout.revision).where(Rollout.id == rollout_id))
+    if revision is None:
+        raise NotFound(f"no rollout {rollout_id}")
+    return f"{revision}-{newest_evaluation or 0}-{newest_event or 0}"
+
+
+def list_version(session: Session) -> str:
+    """A token that changes whenever a rollout is created or written."""
+    count, newest = session.execute(
+        select(func.count(Rollout.id), func.max(Rollout.updated_at))
+    ).one()
+    return f"{count}-{newest.isoformat() if newest else ''}"
+
+
+def rollout_page(session: Session, rollout_id: int, *, now: datetime) -> RolloutPage:
+    """The rollout page's data.
+
+    :raises NotFound: no rollout ``rollout_id``.
+    """
+    rollout = queries.get_rollout(session, rollout_id)
+    plan = plan_of(rollout)
+    status = status_view(session, rollout)
+    events = history_view(session, rollout_id)
+    steps = [
+        {
+            "step": s.step_index + 1,
+            "name": s.name,
+            "kind": s.kind,
+            "weight": s.weight,
+            "entered_at": s.entered_at,
+            "verified_at": s.verified_at,
+            "completed_at": s.completed_at,
+        }
+        for s in session.scalars(
+            select(StepProgress)
+            .where(StepProgress.rollout_id == rollout_id)
+            .order_by(StepProgress.step_index)
+        )
+    ]
+    stored = _stored(session, rollout_id)
+    decisions = list(
+        session.execute(
+            select(Event.at, Event.kind, Event.data)
+            .where(Event.rollout_id == rollout_id, Event.kind.in_(DECISIVE_EVENTS))
+            .order_by(Event.at)
+        )
+    )
+    started = min([rollout.created_at, *(g.first for g in stored.values())])
+    ended = max([rollout.updated_at, *(g.last for g in stored.values())])
+    if status["state"] in ("running", "pending", "paused", "awaiting_promotion"):
+        ended = max(ended, now)
+    gates = _charts(session, plan, stored, decisions, started, ended)
+    return RolloutPage(
+        status=status,
+        events=events,
+        steps=steps,
+        weights=_weights(steps, events),
+        gates=gates,
+        suite_runs=_suite_runs(session, rollout_id),
+        artefacts=_artefacts(session, [plan.artefacts.stable, plan.artefacts.canary]),
+        drills=_drills(session, plan.name, plan.environment),
+        started=started,
+        ended=ended,
+        version=version(session, rollout_id),
+    )
+
+
+def _charts(
+    session: Session,
+    plan: Any,
+    stored: dict[str, Stored],
+    decisions: list[Any],
+    started: datetime,
+    ended: datetime,
+) -> list[GateChart]:
+    connection = session.connection()
+    rollback = next((d for d in decisions if d.kind == "rollback_started"), None)
+    slice_seconds = max(1.0, (ended - started).total_seconds() / MAX_POINTS)
+    charts = []
+    for name in [*plan.gates, *(g for g in stored if g not in plan.gates)]:
+        found = stored.get(name)
+        keep: set[int] = set()
+        decider = None
+        if found is not None:
+            keep = _thinned(connection, found, decisions, started, slice_seconds)
+            if rollback is not None and (rollback.data or {}).get("gate") == name:
+                decider = _newest_until(connection, found, rollback.at)
+        points = _points(connection, keep, decider)
+        threshold = _threshold_text(session, found)
+        query, link = _query_link(session, found, plan)
+        charts.append(
+            GateChart(
+                name=name,
+                roles=sorted(found.roles) if found else [],
+                signal=getattr(plan.gates.get(name), "signal", None),
+                threshold=threshold,
+                limit=_limit(threshold),
+                stored=found.count if found else 0,
+                points=points,
+                query=query,
+                prometheus_link=link,
+            )
+        )
+    return charts
+
+
+@dataclass
+class Stored:
+    """What the store holds of one gate's evaluations in a rollout."""
+
+    rollout_id: int
+    gate: str
+    count: int
+    first: datetime
+    last: datetime
+    newest_id: int
+    roles: set[str]
+
+
+def _stored(session: Session, rollout_id: int) -> dict[str, Stored]:
+    """Each gate's evaluations in one aggregate: how many, over what time, in which roles."""
+    found: dict[str, Stored] = {}
+    for gate, role, count, first, last, newest in session.connection().execute(
+        select(_EV.gate, _EV.role, func.count(), func.min(_EV.evaluated_at))
+        .add_columns(func.max(_EV.evaluated_at), func.max(_EV.id))
+        .where(_EV.rollout_id == rollout_id)
+        .group_by(_EV.gate, _EV.role)
+    ):
+        seen = found.get(gate)
+        if seen is None:
+            found[gate] = Stored(rollout_id, gate, count, first, last, newest, set(roles_of(role)))
+            continue
+        seen.count += count
+        seen.roles.update(roles_of(role))
+        seen.first, seen.last = min(seen.first, first), max(seen.last, last)
+        seen.newest_id = max(seen.newest_id, newest)
+    return found
+
+
+def _thinned(
+    connection: Connection,
+    gate: Stored,
+    decisions: list[Any],
+    started: datetime,
+    slice_seconds: float,
+) -> set[int]:
+    """The ids of the gate's evaluations that the chart draws: all of them up to
+    ``MAX_POINTS``; beyond, every verdict change and the newest of each step (one pass over
+    three narrow columns, in the index's order), the newest at every decision (an index
+    seek each), and one per slice of the rollout's span (one grouped query)."""
+    mine = (_EV.rollout_id == gate.rollout_id) & (_EV.gate == gate.gate)
+    in_order = select(_EV.id, _EV.step_index, _EV.verdict).where(mine)
+    in_order = in_order.order_by(_EV.evaluated_at, _EV.id)
+    if gate.count <= MAX_POINTS:
+        return {id_ for id_, _, _ in connection.execute(in_order)}
+    keep: set[int] = set()
+    previous: tuple[int, str] | None = None
+    last_id = 0
+    for id_, step, verdict in connection.execute(in_order):
+        if previous is None or previous[0] != step:
+            if previous is not None:
+                keep.add(last_id)  # the newest of the step before
+            keep.add(id_)
+        elif previous[1] != verdict:
+            keep.add(id_)
+        previous, last_id = (step, verdict), id_
+    keep.add(last_id)
+    for decision in decisions:
+        newest = _newest_until(connection, gate, decision.at)
+        if newest is not None:
+            keep.add(newest)
+    since = started.timestamp()
+    slice_ = cast((extract("epoch", _EV.evaluated_at) - since) / slice_seconds, Integer)
+    keep.update(connection.execute(select(func.max(_EV.id)).where(mine).group_by(slice_)).scalars())
+    return keep
+
+
+def _newest_until(connection: Connection, gate: Stored, at: datetime) -> int | None:
+    """The id of the gate's newest evaluation at or before ``at``: what a decision then saw."""
+    return connection.execute(
+        select(_EV.id)
+        .where(_EV.rollout_id == gate.rollout_id, _EV.gate == gate.gate, _EV.evaluated_at <= at)
+        .order_by(_EV.evaluated_at.desc(), _EV.id.desc())
+        .limit(1)
+    ).scalar()
+
+
+def _points(connection: Connection, ids: set[int], decider: int | None) -> list[Point]:
+    if not ids:
+        return []
+    found: list[Any] = []
+    wanted = sorted(ids)
+    for start in range(0, len(wanted), 900):
+        found.extend(
+            connection.execute(
+                select(
+                    _EV.id,
+                    _EV.evaluated_at,
+                    _EV.step_index,
+                    _EV.verdict,
+                    _EV.value,
+                    _EV.reason,
+                    _EV.evidence,
+                ).where(_EV.id.in_(wanted[start : start + 900]))
+            )
+        )
+    found.sort(key=lambda row: (row.evaluated_at, row.id))
+    points = []
+    for row in found:
+        evidence = row.evidence or {}
+        canary = evidence.get("canary")
+        canary_bounds: dict[str, Any] = canary if isinstance(canary, dict) else {}
+        points.append(
+            Point(
+                id=row.id,
+                at=row.evaluated_at,
+                step=row.step_index + 1,
+                verdict=row.verdict,
+                canary=_number(row.value),
+                stable=_number(_dig(evidence, "stable", "rate")),
+                lower=_number(canary_bounds.get("lower")),
+                upper=_number(canary_bounds.get("upper")),
+                reason=scrub(row.reason or ""),
+                decided_rollback=row.id == decider,
+            )
+        )
+    return points
+
+
+def _threshold_text(session: Session, gate: Stored | None) -> str | None:
+    if gate is None:
+        return None
+    return session.scalar(
+        select(GateEvaluation.threshold).where(GateEvaluation.id == gate.newest_id)
+    )
+
+
+def _limit(threshold: str | None) -> float | None:
+    """The number a threshold such as ``<= 0.01`` draws as a line, if it names one."""
+    match = _THRESHOLD.match(threshold or "")
+    if match is None:
+        return None
+    value = float(match.group(2))
+    return value if math.isfinite(value) else None
+
+
+def _query_link(session: Session, gate: Stored | None, plan: Any) -> tuple[str | None, str | None]:
+    """The gate's newest query, and a link to it in Prometheus' graph page when the
+    plan's source is Prometheus (without any credentials in the URL)."""
+    if gate is None:
+        return None, None
+    query = session.scalar(select(GateEvaluation.query).where(GateEvaluation.id == gate.newest_id))
+    url = getattr(plan.metrics, "url", None)
+    if not query or plan.metrics.source != "prometheus" or not url:
+        return query, None
+    parts = urlsplit(url)
+    host = parts.hostname or ""
+    netloc = f"{host}:{parts.port}" if parts.port else host
+    base = f"{parts.scheme}://{netloc}{parts.path.rstrip('/')}"
+    return query, f"{base}/graph?g0.expr={quote(query)}&g0.tab=0"
+
+
+def _weights(
+    steps: list[dict[str, Any]], events: list[dict[str, Any]]
+) -> list[tuple[datetime, float]]:
+    """The canary weight the router served over time: each step's weight from when the
+    router was verified at it (or entered it), and 0 from the rollback on."""
+    found: list[tuple[datetime, float]] = []
+    for step in steps:
+        at = step["verified_at"] or step["entered_at"]
+        if at is not None:
+            found.append((at, float(step["weight"])))
+    for event in events:
+        if event["kind"] in ("rollback_started", "rolled_back", "aborted"):
+            found.append((datetime.fromisoformat(event["at"]), 0.0))
+    return sorted(found)
+
+
+def _suite_runs(session: Session, rollout_id: int) -> list[dict[str, Any]]:
+    runs = list(
+        session.scalars(
+            select(SuiteRun).where(SuiteRun.rollout_id == rollout_id).order_by(SuiteRun.id)
+        )
+    )
+    if not runs:
+        return []
+    fields: dict[int, dict[str, dict[str, int]]] = {}
+    for run_id, name, outcome, count in session.execute(
+        select(
+            SuiteFieldResult.run_id,
+            SuiteFieldResult.field,
+            SuiteFieldResult.outcome,
+            func.count(),
+        )
+        .where(SuiteFieldResult.run_id.in_([r.id for r in runs]))
+        .group_by(SuiteFieldResult.run_id, SuiteFieldResult.field, SuiteFieldResult.outcome)
+    ):
+        fields.setdefault(run_id, {}).setdefault(name, {})[outcome] = count
+    return [
+        {
+            "id": run.id,
+            "gate": run.gate,
+            "role": run.role,
+            "step": None if run.step_index is None else run.step_index + 1,
+            "finished_at": run.finished_at,
+            "cases": run.cases,
+            "exactness": run.exactness,
+            "schema_violations": run.schema_violations,
+            "request_errors": run.request_errors,
+            "fields": dict(sorted(fields.get(run.id, {}).items())),
+        }
+        for run in runs
+    ]
+
+
+def _artefacts(session: Session, names: list[str]) -> list[dict[str, Any]]:
+    found = session.scalars(select(ArtefactSet).where(ArtefactSet.name.in_(names)))
+    return [
+        {
+            "name": a.name,
+            "engine": a.engine,
+            "digest": a.digest,
+            "files": len(a.files),
+            "role": "stable" if a.name == names[0] else "canary",
+        }
+        for a in sorted(found, key=lambda a: names.index(a.name))
+    ]
+
+
+def _drills(session: Session, plan_name: str, environment: str) -> list[dict[str, Any]]:
+    found = session.scalars(
+        select(Drill).where(Drill.plan_name == plan_name).order_by(Drill.id.desc()).limit(10)
+    )
+    return [
+        {
+            "id": d.id,
+            "environment": d.environment,
+            "result": d.result,
+            "started_at": d.started_at,
+            "reason": scrub(d.reason or ""),
+        }
+        for d in found
+    ]
+
+
+def _dig(value: Any, *keys: str) -> Any:
+    for key in keys:
+        if not isinstance(value, dict):
+            return None
+        value = value.get(key)
+    return value
+
+
+def _number(value: Any) -> float | None:
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return None
+    return float(value) if math.isfinite(value) else None

@@ -1,0 +1,1 @@
+"""The web view and the report."""
