@@ -1,11 +1,14 @@
-"""What every ``rolloutctl`` command shares: the ``--output`` option, the operator's name, a
-session on the configured database, and printing a result as a table or as JSON."""
+"""What every ``rolloutctl`` command shares: the ``--output`` option, the types that check ids
+and numbers before anything runs, the operator's name, a session (or, to read, a connection)
+on the configured database, and printing a result as a table or as JSON."""
 
 from __future__ import annotations
 
 import getpass
 import json
+import math
 import os
+import re
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
@@ -13,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 import click
 
 if TYPE_CHECKING:
+    from sqlalchemy import Connection, Engine
     from sqlalchemy.orm import Session
 
 OUTPUT = click.option(
@@ -24,6 +28,89 @@ OUTPUT = click.option(
     help="Human-readable table, or JSON for scripts.",
 )
 
+MAX_ID = 2**31 - 1
+"""The largest id a row can have: ids are INTEGER columns, 32 bits on Postgres."""
+_WHOLE_NUMBER = re.compile(r"[+-]?[0-9]+")
+
+
+class RowId(click.ParamType[int]):
+    """The id of a row (a rollout): a whole number from 1 to :data:`MAX_ID`.
+
+    A larger one names no row, but would reach the database and fail there (Postgres
+    cannot compare it with an INTEGER column, SQLite cannot bind one past 2**63 - 1), so
+    it is refused with the argument's name before any query.
+    """
+
+    name = "id"
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> int:
+        text = str(value).strip()
+        if not _WHOLE_NUMBER.fullmatch(text):
+            self.fail(f"{_shown(value)} is not an id (a whole number)", param, ctx)
+        # Compared as text first: int() refuses numbers of thousands of digits.
+        if len(text.lstrip("+-0")) > len(str(MAX_ID)) or not 1 <= int(text) <= MAX_ID:
+            self.fail(f"{_shown(value)} is not an id: ids run from 1 to {MAX_ID}", param, ctx)
+        return int(text)
+
+
+ROW_ID = RowId()
+
+
+class FiniteFloatRange(click.FloatRange):
+    """A :class:`click.FloatRange` that also refuses ``nan`` and the infinities.
+
+    ``nan`` passes every bound (each comparison with it is false), and either one reaches
+    arithmetic that cannot hold it: converting to bytes, sleeping, scaling a clock.
+    """
+
+    def convert(
+        self, value: Any, param: click.Parameter | None, ctx: click.Context | None
+    ) -> float:
+        number: float = super().convert(value, param, ctx)
+        if not math.isfinite(number):
+            self.fail(f"{_shown(value)} is not a finite number", param, ctx)
+        return number
+
+
+class StorableText(click.ParamType[str]):
+    """Text that is written to the database (a reason, a name), so it must be UTF-8.
+
+    A shell hands over bytes that are not UTF-8 (``$'\\xff'``) as lone surrogates, which
+    no database driver can encode: refused here, naming the option, before any write.
+    """
+
+    name = "text"
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> str:
+        text = str(value)
+        try:
+            text.encode("utf-8")
+        except UnicodeEncodeError:
+            self.fail(f"{_shown(value)} is not UTF-8 text", param, ctx)
+        return text
+
+
+TEXT = StorableText()
+
+
+class StorablePath(click.Path):
+    """A :class:`click.Path` that is also written to the database (the plan a rollout
+    started from), so it must be UTF-8 like :class:`StorableText`."""
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
+        path = super().convert(value, param, ctx)
+        try:
+            os.fsdecode(path).encode("utf-8")
+        except UnicodeEncodeError:
+            self.fail(f"{_shown(os.fsdecode(path))} is not UTF-8 text; rename the file", param, ctx)
+        return path
+
+
+def _shown(value: object) -> str:
+    """A value as a message quotes it: on one line, and short even when the input is not."""
+    text = repr(value) if isinstance(value, str) else str(value)
+    return text if len(text) <= 60 else f"{text[:40]}... ({len(text)} characters)"
+
 
 def operator_name() -> str:
     """Who is acting: the user behind sudo if any, else the OS user."""
@@ -31,19 +118,37 @@ def operator_name() -> str:
 
 
 @contextmanager
-def database() -> Iterator[Session]:
-    """A session in one transaction on the configured database, whose schema must be at head."""
+def _engine() -> Iterator[Engine]:
+    """An engine on the configured database, whose schema must be at head."""
     from rolloutd.settings import load_settings
-    from rolloutd.store.db import check_revision, make_engine, session_factory, transaction
+    from rolloutd.store.db import check_revision, make_engine
 
     settings = load_settings()
     engine = make_engine(settings.database_url.get_secret_value())
     try:
         check_revision(engine)
-        with transaction(session_factory(engine)) as session:
-            yield session
+        yield engine
     finally:
         engine.dispose()
+
+
+@contextmanager
+def database() -> Iterator[Session]:
+    """A session in one transaction on the configured database, whose schema must be at head."""
+    from rolloutd.store.db import session_factory, transaction
+
+    with _engine() as engine, transaction(session_factory(engine)) as session:
+        yield session
+
+
+@contextmanager
+def reading() -> Iterator[Connection]:
+    """A connection in one transaction on the configured database (schema at head), for
+    commands that only read, with Core statements: they start without the ORM."""
+    from rolloutd.store.db import translate_connect_errors
+
+    with _engine() as engine, translate_connect_errors(engine.url), engine.begin() as connection:
+        yield connection
 
 
 def emit(data: Any, output: str, human: Callable[[Any], None]) -> None:
