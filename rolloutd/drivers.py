@@ -1,5 +1,9 @@
 """Building the router, metrics source and deploy executor a plan names, once per rollout.
 
+Each is built on a rollout's first tick and kept until its plan changes or the daemon stops
+driving it (``forget``), so a thousand rollouts cost a thousand sets of drivers while they
+run, not one per tick, and none once they have ended.
+
 The daemon asks a :class:`Drivers` for them, so tests and the demo can hand in twins
 (an in-memory router, a metrics twin, a memory executor) while production builds the real
 drivers.
@@ -8,7 +12,8 @@ drivers.
 from __future__ import annotations
 
 import threading
-from typing import Protocol
+from collections.abc import Callable
+from typing import Protocol, TypeVar
 
 from rolloutd.analysis.base import MetricsSource
 from rolloutd.analysis.sources import FileMetrics, MemoryMetrics
@@ -17,6 +22,8 @@ from rolloutd.deploy.base import Executor
 from rolloutd.errors import PermanentError
 from rolloutd.routers.base import MemoryRouter, Router
 from rolloutd.routers.filedriver import FileRouter
+
+T = TypeVar("T")
 
 
 class Drivers(Protocol):
@@ -40,35 +47,50 @@ class Drivers(Protocol):
         :raises BadInput: when the plan's executor section does not fit its pools.
         """
 
+    def forget(self, rollout_id: int) -> None:
+        """Drop what was built for ``rollout_id``: the daemon no longer drives it."""
+
 
 class PlanDrivers:
-    """Builds the drivers a plan names; memory twins live as long as this object."""
+    """Builds the drivers a plan names; memory twins live until their rollout is forgotten."""
 
     def __init__(self) -> None:
-        self._routers: dict[int, Router] = {}
-        self._metrics: dict[int, MetricsSource] = {}
-        self._executors: dict[int, Executor] = {}
+        self._routers: dict[int, tuple[Plan, Router]] = {}
+        self._metrics: dict[int, tuple[Plan, MetricsSource]] = {}
+        self._executors: dict[int, tuple[Plan, Executor]] = {}
         self._lock = threading.Lock()
 
     def router(self, rollout_id: int, plan: Plan) -> Router:
-        with self._lock:
-            if rollout_id not in self._routers:
-                self._routers[rollout_id] = self._build_router(plan)
-            return self._routers[rollout_id]
+        return self._kept(self._routers, rollout_id, plan, self._build_router)
 
     def metrics(self, rollout_id: int, plan: Plan) -> MetricsSource:
-        with self._lock:
-            if rollout_id not in self._metrics:
-                self._metrics[rollout_id] = self._build_metrics(plan)
-            return self._metrics[rollout_id]
+        return self._kept(self._metrics, rollout_id, plan, self._build_metrics)
 
     def executor(self, rollout_id: int, plan: Plan) -> Executor:
-        with self._lock:
-            if rollout_id not in self._executors:
-                from rolloutd.deploy.executors import build_executor
+        from rolloutd.deploy.executors import build_executor
 
-                self._executors[rollout_id] = build_executor(plan)
-            return self._executors[rollout_id]
+        return self._kept(self._executors, rollout_id, plan, build_executor)
+
+    def forget(self, rollout_id: int) -> None:
+        with self._lock:
+            for built in (self._routers, self._metrics, self._executors):
+                built.pop(rollout_id, None)
+
+    def _kept(
+        self,
+        built: dict[int, tuple[Plan, T]],
+        rollout_id: int,
+        plan: Plan,
+        build: Callable[[Plan], T],
+    ) -> T:
+        """What ``build`` made of ``plan`` for ``rollout_id``, built again if the plan changed
+        (the same plan is the same object while its parse is cached, so this is seldom
+        more than an identity check)."""
+        with self._lock:
+            found = built.get(rollout_id)
+            if found is None or (found[0] is not plan and found[0] != plan):
+                found = built[rollout_id] = (plan, build(plan))
+            return found[1]
 
     def _build_router(self, plan: Plan) -> Router:
         spec = plan.router

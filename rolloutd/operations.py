@@ -3,6 +3,11 @@
 ``rolloutctl`` is a thin layer over these; tests and the demo call them directly. They
 never act on the world themselves: starting a rollout writes a pending row, a promote
 writes a command row, and the daemon's next tick (or a NOTIFY) does the rest.
+
+The views that ``rolloutctl status`` and ``list`` print read with Core statements
+(:mod:`rolloutd.store.reads`), on a Connection or a Session alike, and rebuild a rollout's
+plan only where what they show depends on it. The other functions import the ORM queries
+they use inside themselves: those two commands start without the ORM.
 """
 
 from __future__ import annotations
@@ -10,18 +15,24 @@ from __future__ import annotations
 import threading
 from collections import OrderedDict
 from datetime import datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
-from sqlalchemy.orm import Session
+import yaml
+from pydantic import ValidationError
 
-from rolloutd.core.actions import CommandKind
 from rolloutd.core.machine import refusal, state_of
 from rolloutd.core.plan import Plan
-from rolloutd.core.progress import Progress, State
+from rolloutd.core.progress import Progress, State, derive_state, rollback_outcome
 from rolloutd.errors import Refused
 from rolloutd.planfile import LoadedPlan, parse_plan
-from rolloutd.store import queries
-from rolloutd.store.models import Rollout
+from rolloutd.store import reads
+
+if TYPE_CHECKING:
+    from sqlalchemy import Connection
+    from sqlalchemy.orm import Session
+
+    from rolloutd.core.actions import CommandKind
+    from rolloutd.store.models import Rollout
 
 
 def start_rollout(session: Session, loaded: LoadedPlan, *, actor: str, now: datetime) -> int:
@@ -29,6 +40,8 @@ def start_rollout(session: Session, loaded: LoadedPlan, *, actor: str, now: date
 
     :raises Refused: while another rollout of the same service and environment is active.
     """
+    from rolloutd.store import queries
+
     plan = loaded.plan
     return queries.create_rollout(
         session,
@@ -38,6 +51,7 @@ def start_rollout(session: Session, loaded: LoadedPlan, *, actor: str, now: date
         plan_hash=loaded.content_hash,
         plan_source=loaded.text,
         plan_path=loaded.source,
+        steps=len(plan.steps),
         progress=Progress().for_storage(),
         state=State.PENDING.value,
         actor=actor,
@@ -100,6 +114,8 @@ def _record_override(
     actor: str,
 ) -> None:
     """An operator's override of a start check: an event, and a warning to the team."""
+    from rolloutd.store import queries
+
     queries.append_event(
         session,
         rollout_id=rollout_id,
@@ -137,18 +153,27 @@ def submit_command(
     reason: str | None,
     full: bool = False,
     now: datetime,
-) -> int:
-    """Queue an operator command for the daemon, refusing one that makes no sense now.
+) -> Submitted:
+    """Queue an operator command for the daemon, refusing one that makes no sense now; an
+    identical command still waiting is not queued twice.
 
     :raises NotFound: when there is no such rollout.
     :raises Refused: with the reason, when the command does not apply in the current state.
     """
-    rollout = queries.get_rollout(session, rollout_id)
+    from rolloutd.store import queries
+
+    # Locked, so that of two identical commands sent at once one is queued (Postgres; SQLite
+    # has one writer at a time anyway).
+    rollout = queries.get_rollout(session, rollout_id, for_update=True)
     plan = plan_of(rollout)
     why = refusal(plan, Progress.from_storage(rollout.progress), kind, full=full)
     if why is not None:
         raise Refused(f"cannot {kind} rollout {rollout_id}: {why}")
     args: dict[str, Any] = {"full": True} if full else {}
+    for waiting in queries.pending_commands(session, rollout_id):
+        if waiting.kind == kind and waiting.args == args:
+            # The same request again (a retried script, a second operator): one is enough.
+            return Submitted(waiting.id, queued=False)
     command_id = queries.add_command(
         session,
         rollout_id=rollout_id,
@@ -162,7 +187,36 @@ def submit_command(
     queries.append_event(
         session, rollout_id=rollout_id, kind="command", actor=actor, detail=detail, now=now
     )
-    return command_id
+    return Submitted(command_id, queued=True)
+
+
+class Submitted(NamedTuple):
+    """The command that will act on a request: ``queued`` new, or an identical one that was
+    already waiting for the leader (then nothing was written)."""
+
+    id: int
+    queued: bool
+
+
+def leader_view(db: Connection | Session, *, now: datetime) -> dict[str, Any]:
+    """Whether a rolloutd drives the rollouts at ``now``: the lease's holder, and when it was
+    last renewed (the holder's clock)."""
+    lease = reads.leadership(db)
+    return {
+        "leading": lease.leading_at(now),
+        "holder": lease.holder,
+        "last_seen": _iso(lease.renewed_at),
+    }
+
+
+def not_leading(leader: dict[str, Any]) -> str | None:
+    """What an operator must know when nothing drives the rollouts (None while one does)."""
+    if leader["leading"]:
+        return None
+    if leader["holder"] is None:
+        return "no rolloutd is leading (none has run on this database)"
+    seen = datetime.fromisoformat(leader["last_seen"]).strftime("%Y-%m-%d %H:%M:%S %Z")
+    return f"no rolloutd is leading (last seen {seen}, {leader['holder']})"
 
 
 # Parsed plans by content hash. A plan is frozen, so every rollout started from the same plan
@@ -172,7 +226,7 @@ _plans: OrderedDict[str, Plan] = OrderedDict()
 _plans_lock = threading.Lock()
 
 
-def plan_of(rollout: Rollout) -> Plan:
+def plan_of(rollout: Rollout | reads.RolloutRow) -> Plan:
     """The plan a rollout was started with, parsed from the text stored with it once per
     content hash (the hash stored with the rollout)."""
     with _plans_lock:
@@ -188,30 +242,57 @@ def plan_of(rollout: Rollout) -> Plan:
     return plan
 
 
-def current_weight(plan: Plan, progress: Progress) -> int:
-    """The canary weight the rollout intends now, in percent."""
-    state = state_of(plan, progress)
+# libyaml parses a plan some eight times as fast as PyYAML's own parser; PyYAML's wheels ship it.
+_YAML_LOADER = yaml.CSafeLoader if yaml.__with_libyaml__ else yaml.SafeLoader
+
+
+def _shown_plan(rollout: Rollout | reads.RolloutRow) -> Plan:
+    """The plan of ``rollout`` for a view: the one this process parsed already, if any, else
+    rebuilt from the stored text. That text passed every check of :func:`plan_of` when the
+    rollout started (its metric templates too, which take longer than the rest of a view to
+    load), so only the model is rebuilt here."""
+    with _plans_lock:
+        plan = _plans.get(rollout.plan_hash)
+    if plan is not None:
+        return plan
+    try:
+        return Plan.model_validate(yaml.load(rollout.plan_source, Loader=_YAML_LOADER))
+    except (yaml.YAMLError, ValidationError):
+        # A plan stored by an older rolloutd that this one's model refuses: the full parse
+        # says which field, as the daemon would.
+        return plan_of(rollout)
+
+
+def _settled_weight(state: State) -> int | None:
+    """The canary weight ``state`` implies whatever the step: all of it once completed, none
+    before the start and during or after a rollback (None: the current step's)."""
     if state is State.COMPLETED:
         return 100
     if state in (State.PENDING, State.ROLLING_BACK, State.ROLLED_BACK, State.ABORTED, State.FAILED):
         return 0
-    return plan.step_weight(progress.step_index)
+    return None
 
 
-def status_view(session: Session, rollout: Rollout) -> dict[str, Any]:
-    """The status of one rollout as ``rolloutctl status --output json`` prints it."""
-    plan = plan_of(rollout)
+def current_weight(plan: Plan, progress: Progress) -> int:
+    """The canary weight the rollout intends now, in percent."""
+    weight = _settled_weight(state_of(plan, progress))
+    return plan.step_weight(progress.step_index) if weight is None else weight
+
+
+def status_view(db: Connection | Session, rollout: Rollout | reads.RolloutRow) -> dict[str, Any]:
+    """The status of one rollout as ``rolloutctl status --output json`` prints it.
+
+    ``step`` counts from 1, as every view does: ``"step": 2, "steps": 6`` is the second of six
+    steps. ``rollback`` says how a rollback ended (``verified``, or ``traffic_only`` for a plan
+    without an executor, with the plan's ``no_executor_reason``); null until one has.
+    """
+    plan = _shown_plan(rollout)
     progress = Progress.from_storage(rollout.progress)
     state = state_of(plan, progress)
     index = min(progress.step_index, len(plan.steps) - 1)
     step = plan.steps[index]
     return {
-        "id": rollout.id,
-        "name": rollout.name,
-        "service": rollout.service,
-        "environment": rollout.environment,
-        "state": state.value,
-        "step": index,
+        **_head(rollout, state, progress, index),
         "step_name": step.title(),
         "step_kind": step.kind,
         "steps": len(plan.steps),
@@ -220,7 +301,7 @@ def status_view(session: Session, rollout: Rollout) -> dict[str, Any]:
         "bake_seconds": step.hold_for().total_seconds(),
         "paused": progress.paused,
         "rollback_cause": progress.rollback.cause if progress.rollback else None,
-        **_with_load(_gate_views(session, rollout, plan, index)),
+        **_with_load(_gate_views(db, rollout.id, plan, index)),
         "plan_hash": rollout.plan_hash,
         "created_by": rollout.created_by,
         "created_at": _iso(rollout.created_at),
@@ -228,19 +309,51 @@ def status_view(session: Session, rollout: Rollout) -> dict[str, Any]:
     }
 
 
-def _gate_views(session: Session, rollout: Rollout, plan: Plan, index: int) -> list[dict[str, Any]]:
-    gates = list(plan.gates)
-    step_latest = queries.latest_evaluations(session, rollout.id, step_index=index, gates=gates)
-    any_latest = queries.latest_evaluations(session, rollout.id, gates=gates)
+def _head(
+    rollout: Rollout | reads.RolloutRow, state: State, progress: Progress, index: int
+) -> dict[str, Any]:
+    """What a status and a list row both begin with: which rollout, its state, its step."""
+    return {
+        "id": rollout.id,
+        "name": rollout.name,
+        "service": rollout.service,
+        "environment": rollout.environment,
+        "state": state.value,
+        **_rollback_outcome(progress),
+        "step": index + 1,
+    }
+
+
+def _rollback_outcome(progress: Progress) -> dict[str, Any]:
+    """How the rollback ended, for a view: ``rollback`` (null until it ended rolled back)
+    and, for a traffic-only one, why the plan has no executor."""
+    outcome = rollback_outcome(progress)
+    reason = progress.rollback.no_executor_reason if progress.rollback else None
+    return {
+        "rollback": outcome,
+        "no_executor_reason": reason if outcome == "traffic_only" else None,
+    }
+
+
+def _gate_views(
+    db: Connection | Session, rollout_id: int, plan: Plan, index: int
+) -> list[dict[str, Any]]:
+    step_gates = plan.gates_of(index)
+    triggers = plan.rollback.triggers
+    # A gate of the step that is also a trigger serves both roles with one evaluation a tick.
+    roles = [(g, "step+trigger" if g in triggers else "step") for g in step_gates]
+    roles += [(g, "trigger") for g in triggers if g not in step_gates]
+    # A step's gate shows what it said during this step; a rollback trigger, at any step.
+    wanted = [(g, None if role == "trigger" else index) for g, role in roles if g in plan.gates]
+    newest = reads.newest_evaluations(db, rollout_id, wanted)
     views = []
-    roles = [(g, "step") for g in plan.gates_of(index)]
-    roles += [(g, "trigger") for g in plan.rollback.triggers if g not in plan.gates_of(index)]
     for gate, role in roles:
-        evaluation = (step_latest if role == "step" else any_latest).get(gate)
+        evaluation = newest.get(gate)
         views.append(
             {
                 "name": gate,
                 "role": role,
+                "roles": role.split("+"),
                 "verdict": evaluation.verdict if evaluation else "pending",
                 "value": evaluation.value if evaluation else None,
                 "threshold": evaluation.threshold if evaluation else None,
@@ -269,20 +382,41 @@ def _with_load(gates: list[dict[str, Any]]) -> dict[str, Any]:
     return {"gates": gates, "load": load}
 
 
-def list_view(rollout: Rollout) -> dict[str, Any]:
-    """One row of ``rolloutctl list``."""
-    plan = plan_of(rollout)
+def list_views(db: Connection | Session, *, limit: int) -> list[dict[str, Any]]:
+    """The rows of ``rolloutctl list``: up to ``limit`` rollouts, newest first, read in two
+    statements however many there are."""
+    rollouts = reads.list_rollouts(db, limit=limit)
+    names = reads.step_names(db, [r.id for r in rollouts])
+    views = []
+    for rollout in rollouts:
+        step_index = Progress.from_storage(rollout.progress).step_index
+        views.append(list_view(rollout, names.get((rollout.id, step_index))))
+    return views
+
+
+def list_view(rollout: Rollout | reads.RolloutRow, step_name: str | None = None) -> dict[str, Any]:
+    """One row of ``rolloutctl list``; ``step_name``: the name the daemon recorded for the
+    step the rollout is in, if it did. ``step`` counts from 1, of ``steps``, as in status.
+
+    An ended rollout's state and weight follow from its progress alone, and with the name
+    of the step it ended in its row is complete without its plan: only a rollout that has
+    not ended (or never started) rebuilds the plan, to tell its step and weight.
+    """
     progress = Progress.from_storage(rollout.progress)
-    index = min(progress.step_index, len(plan.steps) - 1)
+    if progress.ended is not None and step_name is not None:
+        # An ending is the state whatever the step (not awaiting a promotion any more).
+        state = derive_state(progress, awaiting_promotion=False)
+        index, weight = progress.step_index, _settled_weight(state)
+    else:
+        plan = _shown_plan(rollout)
+        index = min(progress.step_index, len(plan.steps) - 1)
+        state, weight = state_of(plan, progress), current_weight(plan, progress)
+        step_name = plan.steps[index].title()
     return {
-        "id": rollout.id,
-        "name": rollout.name,
-        "service": rollout.service,
-        "environment": rollout.environment,
-        "state": state_of(plan, progress).value,
-        "step": index,
-        "step_name": plan.steps[index].title(),
-        "weight": current_weight(plan, progress),
+        **_head(rollout, state, progress, index),
+        "steps": rollout.steps,
+        "step_name": step_name,
+        "weight": weight,
         "created_by": rollout.created_by,
         "updated_at": _iso(rollout.updated_at),
     }
@@ -290,6 +424,8 @@ def list_view(rollout: Rollout) -> dict[str, Any]:
 
 def history_view(session: Session, rollout_id: int) -> list[dict[str, Any]]:
     """The audit log of one rollout, oldest first."""
+    from rolloutd.store import queries
+
     queries.get_rollout(session, rollout_id)
     return [
         {"at": _iso(e.at), "kind": e.kind, "actor": e.actor, "detail": e.detail}
@@ -308,6 +444,8 @@ WATCH_EVENTS = 8
 def watch_view(session: Session, rollout: Rollout) -> dict[str, Any]:
     """What ``rolloutctl status --watch`` shows: the status, each gate's recent values, and
     the newest events (oldest first), plus whether the rollout has ended."""
+    from rolloutd.store import queries
+
     view = status_view(session, rollout)
     for gate in view["gates"]:
         newest_first = queries.recent_values(session, rollout.id, gate["name"], TREND_POINTS)

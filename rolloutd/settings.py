@@ -49,6 +49,10 @@ class Settings(BaseSettings):
     # How long the evaluations of an ended rollout are kept whole (``90d``, ``12w``); after
     # that they are compacted to the decisive ones (``rolloutd db compact``, daily).
     retention: timedelta = timedelta(days=90)
+    # The web view's token, required when health_host is not a loopback address.
+    ui_token: SecretStr | None = None
+    # Where operators reach the web view (https://rolloutd.example/), for links in alerts.
+    ui_url: str | None = None
 
     @field_validator("retention", mode="before")
     @classmethod
@@ -118,6 +122,8 @@ def _problem(err: ErrorDetails, env_file: str | None) -> Problem:
 
 
 def _register_secrets(settings: Settings) -> None:
+    if settings.ui_token is not None:
+        register_secret(settings.ui_token.get_secret_value())
     url = settings.database_url.get_secret_value()
     match = re.match(r"^[a-z][a-z0-9+.-]*://[^:/@]*:([^@/]+)@", url)
     if match:

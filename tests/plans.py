@@ -3,7 +3,8 @@
 Plan builders return plain dicts, the shape an operator writes, so a test changes only the
 field it is about and turns the result into YAML. :class:`World` plays the daemon's part
 around :func:`rolloutd.core.machine.decide`: it performs the returned actions on a fake router
-and reports what it saw on the next tick. Time only moves when a test says so.
+(and a rollback's redeploys and verifications, which always succeed) and reports what it saw on
+the next tick. Time only moves when a test says so.
 """
 
 from __future__ import annotations
@@ -23,10 +24,12 @@ from rolloutd.core.actions import (
     Action,
     Command,
     CommandKind,
+    Deploy,
     GateResult,
     Observed,
     SetWeight,
     Verdict,
+    Verify,
 )
 from rolloutd.core.machine import Decision, decide, state_of
 from rolloutd.core.plan import Plan
@@ -58,6 +61,16 @@ def _example_data() -> dict[str, Any]:
 def example_plan() -> Plan:
     """The reference plan, validated (plans are frozen, so one copy serves every test)."""
     return load_plan(EXAMPLE_PATH).plan
+
+
+NO_EXECUTOR = {"kind": "none", "reason": "the test's replicas are twins: traffic only"}
+"""The ``executor`` section of a plan that rolls back traffic only, saying why."""
+
+
+@functools.cache
+def traffic_only_example_plan() -> Plan:
+    """The reference plan without its executor: a rollback ends once the router reads 0."""
+    return plan_of({**example_dict(), "executor": NO_EXECUTOR})
 
 
 def pools(
@@ -252,8 +265,9 @@ class World:
     """A rollout, a clock and a fake router, advanced one :func:`decide` call at a time.
 
     The shell marks a ``SetWeight`` done as soon as it sent it (unless ``mark_done`` is
-    off); the router reads the new weight back ``lag`` ticks later (never if ``lag`` is
-    None). Every action and decision is kept for the assertions.
+    off), and a ``Deploy`` or ``Verify`` as soon as it performed it; the router reads the new
+    weight back ``lag`` ticks later (never if ``lag`` is None). Every action and decision is
+    kept for the assertions.
     """
 
     plan: Plan
@@ -307,9 +321,12 @@ class World:
         return decision
 
     def perform(self, actions: Iterable[Action]) -> None:
-        """Send set-weight actions to the router; alerts need nothing from the fake."""
+        """Send set-weight actions to the router and perform redeploys and verifications;
+        alerts need nothing from the fake."""
         for action in actions:
             self.actions.append(action)
+            if isinstance(action, Deploy | Verify):
+                self.done.add(action.key)
             if not isinstance(action, SetWeight):
                 continue
             if self.mark_done:

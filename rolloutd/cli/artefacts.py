@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
-from rolloutd.cli.common import OUTPUT, database, emit, operator_name
+from rolloutd.cli.common import OUTPUT, TEXT, database, emit, operator_name
 from rolloutd.errors import BadInput, Refused
 
 if TYPE_CHECKING:
@@ -72,7 +72,7 @@ def artefact_group() -> None:
 
 
 @artefact_group.command("pin")
-@click.argument("name")
+@click.argument("name", type=TEXT)
 @click.argument("directory", metavar="DIR", type=click.Path(file_okay=False))
 @click.option("--engine", type=click.Choice(["trtllm", "vllm"]), required=True)
 @click.option(
@@ -105,9 +105,11 @@ def pin(
     """
     from rolloutd.deploy.artefacts import list_files
     from rolloutd.deploy.catalog import build_set, check_name, pin, read_engine_config
+    from rolloutd.userfiles import refusing_deep_nesting
 
     check_name(name)
-    config = read_engine_config(engine_config)
+    with refusing_deep_nesting(engine_config):
+        config = read_engine_config(engine_config)
     total = sum(path.stat().st_size for path in list_files(directory).values())
     with _progress(total, f"hashing {name}") as progress:
         pinned = build_set(
@@ -133,7 +135,7 @@ def pin(
 
 
 @artefact_group.command("show")
-@click.argument("name")
+@click.argument("name", type=TEXT)
 @OUTPUT
 def show(name: str, output: str) -> None:
     """Show artefact set NAME: engine, config, root, digest and every file.
@@ -190,7 +192,7 @@ def list_(output: str) -> None:
 
 
 @artefact_group.command("verify")
-@click.argument("name")
+@click.argument("name", type=TEXT)
 @click.option(
     "--dir",
     "directory",

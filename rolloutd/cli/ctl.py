@@ -2,7 +2,9 @@
 
 It never talks to the daemon: every command reads or writes Postgres (or SQLite), and a
 command such as ``promote`` is a row the leader acts on. It must start fast, so it imports
-nothing that only the daemon needs (alembic, apscheduler, httpx, the Prometheus client).
+nothing that only the daemon needs (alembic, apscheduler, httpx, the Prometheus client);
+``status`` and ``list`` read with Core statements, without the ORM, and draw with rich only
+for a table. ``bench/cli_start.py`` measures their start against ``import sqlalchemy``.
 """
 
 from __future__ import annotations
@@ -15,13 +17,23 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
-from rolloutd.cli.common import OUTPUT, database, emit, operator_name
+from rolloutd.cli.common import (
+    OUTPUT,
+    ROW_ID,
+    TEXT,
+    FiniteFloatRange,
+    StorablePath,
+    database,
+    emit,
+    operator_name,
+    reading,
+)
 from rolloutd.cli.errors import BAD_INPUT, REFUSED, run_cli
-from rolloutd.core.actions import CommandKind
-from rolloutd.errors import BadInput
+from rolloutd.core import capacity as kv
+from rolloutd.errors import BadInput, Problem
 
 if TYPE_CHECKING:
-    pass
+    from rolloutd.core.actions import CommandKind
 
 
 def _now() -> datetime:
@@ -42,7 +54,8 @@ def cli() -> None:
 
     \b
     Exit codes: 0 ok, 1 runtime failure (database unreachable), 2 bad input,
-    3 refused in the current state. The database comes from ROLLOUTD_DATABASE_URL
+    3 refused in the current state or a check failed (plan check, eval). The database
+    comes from ROLLOUTD_DATABASE_URL
     (default sqlite:///rolloutd.db) or /etc/rolloutd/rolloutd.env.
 
     \b
@@ -61,32 +74,56 @@ def plan() -> None:
 
 @plan.command("validate")
 @click.argument("files", nargs=-1, required=True, type=click.Path(dir_okay=True))
-def plan_validate(files: tuple[str, ...]) -> None:
+@OUTPUT
+def plan_validate(files: tuple[str, ...], output: str) -> None:
     """Check plan FILES: prints 'FILE: ok' or one line per problem (exit 2).
 
     Warnings (legal but probably wrong, such as a target concurrency the canary pool
     cannot hold at max_seq_len) are printed as 'FILE: warning: ...' and do not fail.
+    With --output json, prints a list with one object per file: file, ok, problems and
+    warnings (each a list of source, field and message; source is the file or a file it
+    names, such as its metrics templates).
 
     \b
-    Example:
+    Examples:
       rolloutctl plan validate config/plans/*.yaml
+      rolloutctl plan validate plans/*.yaml -o json | jq -r '.[] | select(.ok | not) | .file'
     """
     from rolloutd.planfile import load_plan
 
-    failed = False
+    results = []
     for path in files:
+        problems: tuple[Problem, ...] = ()
+        warnings: tuple[Problem, ...] = ()
         try:
-            loaded = load_plan(path)
+            warnings = load_plan(path).warnings
         except BadInput as exc:
-            failed = True
-            for problem in exc.problems:
-                click.echo(str(problem))
-        else:
-            for warning in loaded.warnings:
-                click.echo(f"{warning.source}: warning: {warning.field}: {warning.message}")
-            click.echo(f"{path}: ok")
-    if failed:
+            problems = exc.problems
+        results.append(
+            {
+                "file": path,
+                "ok": not problems,
+                "problems": [_problem_dict(p) for p in problems],
+                "warnings": [_problem_dict(w) for w in warnings],
+            }
+        )
+    emit(results, output, _print_validation)
+    if any(not result["ok"] for result in results):
         sys.exit(BAD_INPUT)
+
+
+def _problem_dict(problem: Problem) -> dict[str, str]:
+    return {"source": problem.source, "field": problem.field, "message": problem.message}
+
+
+def _print_validation(results: list[dict[str, Any]]) -> None:
+    for result in results:
+        for problem in result["problems"]:
+            click.echo(str(Problem(**problem)))
+        for warning in result["warnings"]:
+            click.echo(f"{warning['source']}: warning: {warning['field']}: {warning['message']}")
+        if result["ok"]:
+            click.echo(f"{result['file']}: ok")
 
 
 @plan.command("check")
@@ -142,7 +179,7 @@ def _preflight(plan: Any, file: str) -> list[Any] | None:
 
 
 @cli.command()
-@click.argument("file", type=click.Path(dir_okay=True))
+@click.argument("file", type=StorablePath(dir_okay=True))
 @click.option(
     "--skip-drill",
     is_flag=True,
@@ -154,7 +191,10 @@ def _preflight(plan: Any, file: str) -> list[Any] | None:
     help="Start although a first-step gate's signal is absent (audited).",
 )
 @click.option(
-    "--reason", "-r", help="Why the drill is skipped or the preflight overridden; required then."
+    "--reason",
+    "-r",
+    type=TEXT,
+    help="Why the drill is skipped or the preflight overridden; required then.",
 )
 @OUTPUT
 def start(file: str, skip_drill: bool, force: bool, reason: str | None, output: str) -> None:
@@ -248,7 +288,7 @@ def _check_before_start(plan: Any, file: str, *, force: bool) -> list[str]:
 
 
 @cli.command()
-@click.argument("rollout_id", metavar="[ID]", type=int, required=False)
+@click.argument("rollout_id", metavar="[ID]", type=ROW_ID, required=False)
 @click.option(
     "--watch",
     "-w",
@@ -257,7 +297,7 @@ def _check_before_start(plan: Any, file: str, *, force: bool) -> list[str]:
 )
 @click.option(
     "--interval",
-    type=click.FloatRange(min=0.05),
+    type=FiniteFloatRange(0.05, 3600),
     default=2.0,
     help="Seconds between redraws with --watch.",
 )
@@ -274,34 +314,59 @@ def status(rollout_id: int | None, watch: bool, interval: float, output: str) ->
       rolloutctl status 7 --watch
       rolloutctl status 7 --output json | jq .state
     """
-    from rolloutd.cli import render
-    from rolloutd.operations import status_view
-    from rolloutd.store import queries
+    from rolloutd.operations import leader_view, status_view
+    from rolloutd.store import reads
 
     if watch:
         if rollout_id is None:
             raise BadInput.one("--watch", "", "needs the ID of the rollout to watch")
         _watch(rollout_id, interval, output)
         return
-    with database() as session:
+
+    def table(data: Any) -> None:
+        from rolloutd.cli import render  # rich, for a table only
+
         if rollout_id is not None:
-            data: Any = status_view(session, queries.get_rollout(session, rollout_id))
-            emit(data, output, render.status)
+            render.status(data)
+        else:
+            render.statuses(data)
+
+    with reading() as connection:
+        leader = leader_view(connection, now=_now())
+        if rollout_id is not None:
+            row = reads.get_rollout(connection, rollout_id)
+            data: Any = {**status_view(connection, row), "leader": leader}
+            emit(data, output, table)
+            _say_if_not_leading(leader, driven=[data])
             return
-        data = [status_view(session, r) for r in queries.list_rollouts(session, active_only=True)]
-    emit(data, output, render.statuses)
+        active = reads.list_rollouts(connection, active_only=True)
+        data = [{**status_view(connection, r), "leader": leader} for r in active]
+    emit(data, output, table)
+    _say_if_not_leading(leader, driven=data)
+
+
+def _say_if_not_leading(leader: dict[str, Any], *, driven: list[dict[str, Any]]) -> None:
+    """Warn (on stderr, so that JSON output stays whole) when rollouts that have not ended
+    wait for a rolloutd that is not running."""
+    from rolloutd.core.progress import State
+    from rolloutd.operations import not_leading
+
+    nobody = not_leading(leader)
+    if nobody is not None and any(not State(v["state"]).terminal for v in driven):
+        click.echo(f"{nobody}: nothing drives these rollouts until one does", err=True)
 
 
 def _watch(rollout_id: int, interval: float, output: str) -> None:
     import time
 
     from rolloutd.cli import render
-    from rolloutd.operations import watch_view
+    from rolloutd.operations import leader_view, watch_view
     from rolloutd.store import queries
 
     def frame() -> dict[str, Any]:
         with database() as session:
-            return watch_view(session, queries.get_rollout(session, rollout_id))
+            view = watch_view(session, queries.get_rollout(session, rollout_id))
+            return {**view, "leader": leader_view(session, now=_now())}
 
     try:
         if output == "json":
@@ -326,17 +391,22 @@ def list_(limit: int, output: str) -> None:
     Example:
       rolloutctl list --output json
     """
-    from rolloutd.cli import render
-    from rolloutd.operations import list_view
-    from rolloutd.store import queries
+    from rolloutd.operations import leader_view, list_views
 
-    with database() as session:
-        data = [list_view(r) for r in queries.list_rollouts(session, limit=limit)]
-    emit(data, output, render.rollouts)
+    def table(data: Any) -> None:
+        from rolloutd.cli import render  # rich, for a table only
+
+        render.rollouts(data)
+
+    with reading() as connection:
+        data = list_views(connection, limit=limit)
+        leader = leader_view(connection, now=_now())
+    emit(data, output, table)
+    _say_if_not_leading(leader, driven=data)
 
 
 @cli.command()
-@click.argument("rollout_id", metavar="ID", type=int)
+@click.argument("rollout_id", metavar="ID", type=ROW_ID)
 @OUTPUT
 def history(rollout_id: int, output: str) -> None:
     """Show the audit log of a rollout as a timeline: when, how long after the start, what,
@@ -376,24 +446,37 @@ def completion(shell: str) -> None:
 def _command(
     kind: CommandKind, rollout_id: int, reason: str | None, output: str, full: bool = False
 ) -> None:
-    from rolloutd.operations import submit_command
+    from rolloutd.operations import leader_view, not_leading, submit_command
 
     with database() as session:
-        command_id = submit_command(
+        submitted = submit_command(
             session, rollout_id, kind, actor=operator_name(), reason=reason, full=full, now=_now()
         )
-    emit(
-        {"rollout": rollout_id, "command": command_id, "kind": kind, "full": full},
-        output,
-        lambda _: click.echo(f"{kind} of rollout {rollout_id} queued (command {command_id})"),
-    )
+        leader = leader_view(session, now=_now())
+
+    def text(_: Any) -> None:
+        what = "queued" if submitted.queued else "already queued"
+        click.echo(f"{kind} of rollout {rollout_id} {what} (command {submitted.id})")
+        nobody = not_leading(leader)
+        if nobody is not None:
+            click.echo(f"{nobody}: the command waits until one does")
+
+    data = {
+        "rollout": rollout_id,
+        "command": submitted.id,
+        "kind": kind,
+        "full": full,
+        "queued": submitted.queued,
+        "leader": leader,
+    }
+    emit(data, output, text)
 
 
-REASON = click.option("--reason", "-r", help="Why; kept in the audit log.")
+REASON = click.option("--reason", "-r", type=TEXT, help="Why; kept in the audit log.")
 
 
 @cli.command()
-@click.argument("rollout_id", metavar="ID", type=int)
+@click.argument("rollout_id", metavar="ID", type=ROW_ID)
 @click.option("--full", is_flag=True, help="Skip every step before 'full' (100%).")
 @REASON
 @OUTPUT
@@ -409,8 +492,10 @@ def promote(rollout_id: int, full: bool, reason: str | None, output: str) -> Non
 
 
 @cli.command()
-@click.argument("rollout_id", metavar="ID", type=int)
-@click.option("--reason", "-r", required=True, help="Why; required, kept in the audit log.")
+@click.argument("rollout_id", metavar="ID", type=ROW_ID)
+@click.option(
+    "--reason", "-r", type=TEXT, required=True, help="Why; required, kept in the audit log."
+)
 @OUTPUT
 def abort(rollout_id: int, reason: str, output: str) -> None:
     """Roll rollout ID back: canary weight 0, stable artefacts on the canary replicas.
@@ -428,7 +513,7 @@ def _plain_command(kind: CommandKind, doc: str) -> click.Command:
     """The ``kind`` command: rollout ID and an optional reason, nothing else to check."""
 
     @cli.command(kind, help=doc)
-    @click.argument("rollout_id", metavar="ID", type=int)
+    @click.argument("rollout_id", metavar="ID", type=ROW_ID)
     @REASON
     @OUTPUT
     def command(rollout_id: int, reason: str | None, output: str) -> None:
@@ -457,6 +542,10 @@ resume = _plain_command(
 )
 
 
+# A HuggingFace config.json is a few KiB; a tokenizer.json given by mistake is megabytes.
+MAX_MODEL_CONFIG_BYTES = 1024 * 1024
+
+
 @cli.command()
 @click.option(
     "--model-config",
@@ -465,16 +554,16 @@ resume = _plain_command(
 )
 @click.option(
     "--weights-gb",
-    type=click.FloatRange(min=0, min_open=True),
+    type=FiniteFloatRange(0, kv.MAX_GB, min_open=True),
     default=70.0,
     help="Weight bytes of one model copy, in GB.",
 )
-@click.option("--gpus", type=click.IntRange(min=1), default=4)
-@click.option("--gpu-memory-gb", type=click.FloatRange(min=0, min_open=True), default=48.0)
+@click.option("--gpus", type=click.IntRange(1, kv.MAX_GPUS), default=4)
+@click.option("--gpu-memory-gb", type=FiniteFloatRange(0, kv.MAX_GB, min_open=True), default=48.0)
 @click.option(
     "--tp",
     "tensor_parallel",
-    type=click.IntRange(min=1),
+    type=click.IntRange(1, kv.MAX_GPUS),
     default=4,
     help="Tensor parallelism (GPUs per model copy).",
 )
@@ -485,21 +574,21 @@ resume = _plain_command(
 )
 @click.option(
     "--memory-fraction",
-    type=click.FloatRange(0, 1, min_open=True),
+    type=FiniteFloatRange(0, 1, min_open=True),
     default=0.9,
     help="vLLM gpu_memory_utilization / TRT-LLM fraction.",
 )
 @click.option(
     "--max-seq-len",
     "max_seq_lens",
-    type=click.IntRange(min=1),
+    type=click.IntRange(1, kv.MAX_COUNT),
     multiple=True,
     default=(32768, 8192),
     help="Repeat to compare several.",
 )
 @click.option(
     "--target-concurrency",
-    type=click.IntRange(min=1),
+    type=click.IntRange(1, kv.MAX_COUNT),
     default=None,
     help="Sequences that must be resident at once: prints the max_seq_len that fits.",
 )
@@ -518,6 +607,10 @@ def capacity(
 ) -> None:
     """KV-cache arithmetic: resident sequences per max_seq_len, and what fits a target.
 
+    The KV pool of a model copy is its GPUs' memory times --memory-fraction, less the
+    weights and a fixed overhead per GPU (activations, CUDA graphs, NCCL buffers); both
+    outputs show each part (overhead_bytes_per_gpu in JSON).
+
     \b
     Examples:
       rolloutctl capacity                                  # 70B FP8 on 4x L40S, 32768 vs 8192
@@ -525,23 +618,26 @@ def capacity(
       rolloutctl capacity --model-config config.json --weights-gb 16 --gpus 1 --tp 1 \\
           --gpu-memory-gb 80 --max-seq-len 131072 --kv-dtype fp8
     """
-    from rolloutd.core import capacity as kv
+    from rolloutd.userfiles import read_json_object
 
     shape = kv.REFERENCE_SHAPE
     if model_config is not None:
+        config = read_json_object(
+            Path(model_config),
+            expected="a HuggingFace config.json",
+            what="a model config",
+            limit=MAX_MODEL_CONFIG_BYTES,
+        )
         try:
-            config = json.loads(Path(model_config).read_text())
-            if not isinstance(config, dict):
-                raise ValueError("expected a JSON object")
             shape = kv.ModelShape.from_hf_config(config)
-        except (OSError, ValueError, kv.CapacityError) as exc:
+        except kv.CapacityError as exc:
             raise BadInput.one(model_config, "", str(exc)) from None
     try:
         deployment = kv.Deployment(
             shape=shape,
-            weight_bytes=int(weights_gb * kv.GB),
+            weight_bytes=kv.bytes_of_gb(weights_gb, "--weights-gb"),
             gpu_count=gpus,
-            gpu_memory_bytes=int(gpu_memory_gb * kv.GB),
+            gpu_memory_bytes=kv.bytes_of_gb(gpu_memory_gb, "--gpu-memory-gb"),
             tensor_parallel=tensor_parallel,
             kv_dtype_bytes=kv.KV_DTYPE_BYTES[kv_dtype],
             memory_fraction=memory_fraction,
@@ -557,6 +653,9 @@ def capacity(
             "head_dim": shape.head_dim,
         },
         "kv_bytes_per_token": reports[0].kv_bytes_per_token,
+        "memory_budget_bytes": reports[0].memory_budget_bytes,
+        "weight_bytes": reports[0].weight_bytes,
+        "overhead_bytes_per_gpu": reports[0].overhead_bytes_per_gpu,
         "kv_pool_bytes": reports[0].kv_pool_bytes,
         "instances": reports[0].instances,
         "by_max_seq_len": [
@@ -576,6 +675,17 @@ def capacity(
             f"model: {shape.num_layers} layers, {shape.num_kv_heads} KV heads, head_dim "
             f"{shape.head_dim}; {gpus} GPUs x {gpu_memory_gb:g} GB, TP {tensor_parallel}, "
             f"KV {kv_dtype}, memory fraction {memory_fraction:g}"
+        )
+        overhead = d["overhead_bytes_per_gpu"]
+        click.echo(
+            f"memory per copy: {d['memory_budget_bytes'] / kv.GB:.1f} GB budget - "
+            f"{d['weight_bytes'] / kv.GB:.1f} GB weights - "
+            f"{tensor_parallel * overhead / kv.GB:.1f} GB overhead = "
+            f"{d['kv_pool_bytes'] / kv.GB:.1f} GB KV pool"
+        )
+        click.echo(
+            f"overhead per GPU: {overhead / kv.GB:.2f} GB (activations, CUDA graphs, NCCL "
+            "buffers), subtracted before the KV pool"
         )
         click.echo(
             f"KV bytes per token: {d['kv_bytes_per_token']:,}   KV pool: "
@@ -602,7 +712,7 @@ def capacity(
 )
 @click.option(
     "--speed",
-    type=click.FloatRange(min=1.0),
+    type=FiniteFloatRange(1.0, 1_000_000),
     default=14400.0,
     help="How much faster than real time the rollout runs (14400: a 48 h bake in 12 s).",
 )
@@ -611,7 +721,9 @@ def capacity(
 def demo(scenario: str, speed: float, seed: int, output: str) -> None:
     """Run a real rollout against a simulated fleet: breach, rollback, summary.
 
-    Uses SQLite in a temp dir and starts everything in-process: four simulated Triton
+    Uses SQLite in a new temp dir, kept afterwards with the plan and the rollout's report
+    (an HTML page: timeline, router weight, a chart per gate), and starts everything
+    in-process: four simulated Triton
     replicas (3 stable on max_seq_len 32,768, 1 canary on 8,192), a session-hash splitter
     fed by the file router, agent traffic, and the real daemon on a scaled clock. Exit 0
     when the rollout ended as the scenario expects.
@@ -622,6 +734,9 @@ def demo(scenario: str, speed: float, seed: int, output: str) -> None:
       rolloutctl demo --scenario happy
       rolloutctl demo --scenario timeouts --output json
     """
+    import tempfile
+    from pathlib import Path
+
     from rolloutd.cli.demo_view import LiveView, print_summary
     from rolloutd.demo.run import run_demo
     from rolloutd.demo.scenarios import SCENARIOS
@@ -629,12 +744,14 @@ def demo(scenario: str, speed: float, seed: int, output: str) -> None:
 
     configure_logging("critical")
     chosen = SCENARIOS[scenario]
+    # Kept afterwards: the database, the plan and the rollout's report, to look at.
+    workdir = Path(tempfile.mkdtemp(prefix="rolloutd-demo-"))
     if output == "json":
-        result = run_demo(chosen, speed=speed, seed=seed)
+        result = run_demo(chosen, speed=speed, seed=seed, workdir=workdir)
         click.echo(json.dumps(result.as_json(), indent=2))
     else:
         with LiveView(chosen) as view:
-            result = run_demo(chosen, speed=speed, seed=seed, observe=view)
+            result = run_demo(chosen, speed=speed, seed=seed, observe=view, workdir=workdir)
         print_summary(result)
     sys.exit(0 if result.ok else 1)
 
@@ -648,6 +765,14 @@ cli.add_command(drill_command)
 from rolloutd.cli.evaluation import eval_command  # noqa: E402
 
 cli.add_command(eval_command)
+
+from rolloutd.cli.report import report_command  # noqa: E402
+
+cli.add_command(report_command)
+
+from rolloutd.cli.sim import sim_group  # noqa: E402
+
+cli.add_command(sim_group)
 
 
 def main(argv: list[str] | None = None) -> None:

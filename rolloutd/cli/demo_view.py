@@ -10,7 +10,7 @@ from rich.live import Live
 from rich.table import Table
 from rich.text import Text
 
-from rolloutd.cli.render import STATE_STYLE, gate_rows
+from rolloutd.cli.render import STATE_STYLE, gate_rows, step_text
 from rolloutd.demo.run import DemoResult
 from rolloutd.demo.scenarios import Scenario
 
@@ -42,7 +42,8 @@ class LiveView:
         if self._live is not None:
             self._live.update(self._render(view))
             return
-        line = f"{view['state']:<18} step {view['step']} {view['step_name']:<20} {view['weight']}%"
+        step = f"step {view['step']} of {view['steps']}"
+        line = f"{view['state']:<18} {step} {view['step_name']:<20} {view['weight']}%"
         if line != self._last_line:
             self.console.print(line)
             self._last_line = line
@@ -54,7 +55,7 @@ class LiveView:
         header = Text.from_markup(
             f"[bold]rolloutctl demo --scenario {self.scenario.name}[/]  "
             f"rollout {view['id']}  [{STATE_STYLE.get(state, '')}]{state}[/]\n"
-            f"step {view['step'] + 1}/{view['steps']}: {view['step_name']}   "
+            f"{step_text(view)}   "
             f"stable {100 - view['weight']}%  canary {view['weight']}%"
         )
         table = Table("gate", "role", "verdict", "value", "threshold", expand=False)
@@ -84,8 +85,13 @@ def print_summary(result: DemoResult, console: Console | None = None) -> None:
         out.print(f"  {pool:<7} " + "  ".join(f"{k} {v}" for k, v in counts.items()))
     rid = result.rollout_id
     out.print("\n[bold]what an operator would have typed[/]")
-    for command in ["rolloutctl start atlas-70b-demo.yaml", *result.commands]:
+    for command in [f"rolloutctl start {result.plan or 'atlas-70b-demo.yaml'}", *result.commands]:
         out.print(f"  {command}")
     out.print(f"  rolloutctl status {rid}        # at any time; --output json for scripts")
     out.print(f'  rolloutctl abort {rid} --reason "..."   # what rolloutd did itself on a breach')
     out.print(f"  rolloutctl history {rid}")
+    if result.report:
+        out.print("\n[bold]look at it[/]")
+        out.print(f"  the rollout's page: {result.report}")
+        out.print(f"  its database:       {result.database}")
+        out.print(f"  ROLLOUTD_DATABASE_URL={result.database} rolloutctl history {rid}")

@@ -13,6 +13,9 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
+from rolloutd.core.progress import State, shown_state
+from rolloutd.operations import not_leading
+
 VERDICT_STYLE = {
     "pass": "green",
     "fail": "yellow",
@@ -51,25 +54,41 @@ def number(value: object) -> str:
     return str(value)
 
 
+def state_text(view: dict[str, Any]) -> str:
+    """A view's state as people read it, styled: ``rolled_back (traffic only: no executor)``
+    for a rollback that redeployed nothing."""
+    state = view["state"]
+    shown = shown_state(State(state), view.get("rollback"))
+    return f"[{STATE_STYLE.get(state, '')}]{escape(shown)}[/]"
+
+
+def step_text(view: dict[str, Any]) -> str:
+    """Where a view's rollout is, as every view numbers steps: ``step 2 of 6: canary 5%``."""
+    return f"step {view['step']} of {view['steps']}: {view['step_name']}"
+
+
+def no_executor_line(view: dict[str, Any]) -> str | None:
+    """Why a traffic-only rollback redeployed nothing, when the plan says why."""
+    reason = view.get("no_executor_reason")
+    return None if not reason else f"no executor: {escape(reason)}"
+
+
 def status(view: dict[str, Any]) -> None:
     """Print one rollout's status with its gates."""
     console = _console()
-    state = view["state"]
     console.print(
         f"[bold]rollout {view['id']}[/] {view['name']}  "
-        f"({view['service']}/{view['environment']})  "
-        f"[{STATE_STYLE.get(state, '')}]{state}[/]"
+        f"({view['service']}/{view['environment']})  {state_text(view)}"
     )
     bake = view["bake_seconds"]
     baked = f"  baked {view['baked_seconds'] / 3600:.1f}h of {bake / 3600:.1f}h" if bake else ""
-    console.print(
-        f"step {view['step'] + 1}/{view['steps']}: {view['step_name']}  "
-        f"canary weight {view['weight']}%{baked}"
-    )
+    console.print(f"{step_text(view)}  canary weight {view['weight']}%{baked}")
     if view.get("load"):
         console.print(load_line(view["load"]))
     if view.get("rollback_cause"):
         console.print(f"[red]rollback: {view['rollback_cause']}[/]")
+    if no_executor_line(view):
+        console.print(f"[red]{no_executor_line(view)}[/]")
     if view.get("paused"):
         console.print(f"[yellow]paused ({view['paused']})[/]")
     if view["gates"]:
@@ -85,7 +104,7 @@ GateCell = Callable[[dict[str, Any]], str]
 # What a gate table shows in each column, by the column's heading.
 GATE_CELLS: dict[str, GateCell] = {
     "gate": lambda gate: gate["name"],
-    "role": lambda gate: gate["role"],
+    "role": lambda gate: ", ".join(gate.get("roles") or [gate["role"]]),
     "verdict": lambda gate: f"[{VERDICT_STYLE.get(gate['verdict'], '')}]{gate['verdict']}[/]",
     "value": lambda gate: number(gate["value"]),
     "threshold": lambda gate: gate["threshold"] or "-",
@@ -160,14 +179,13 @@ def rollouts(rows: list[dict[str, Any]]) -> None:
     """Print the rollout list as a table."""
     table = Table("id", "name", "service", "env", "state", "step", "weight", "by", "updated")
     for row in rows:
-        state = row["state"]
         table.add_row(
             str(row["id"]),
             row["name"],
             row["service"],
             row["environment"],
-            f"[{STATE_STYLE.get(state, '')}]{state}[/]",
-            f"{row['step']} {row['step_name']}",
+            state_text(row),
+            f"{row['step']} of {row['steps']}: {row['step_name']}",
             f"{row['weight']}%",
             row["created_by"],
             _short_time(row["updated_at"]),
@@ -249,24 +267,27 @@ def watch(view: dict[str, Any]) -> Any:
     from rich.console import Group
     from rich.text import Text
 
-    state = view["state"]
     bake = view["bake_seconds"]
     baked = f"  baked {view['baked_seconds'] / 3600:.1f}h of {bake / 3600:.1f}h" if bake else ""
     parts: list[Any] = [
         Text.from_markup(
             f"[bold]rollout {view['id']}[/] {view['name']}  "
-            f"({view['service']}/{view['environment']})  "
-            f"[{STATE_STYLE.get(state, '')}]{state}[/]"
+            f"({view['service']}/{view['environment']})  {state_text(view)}"
         ),
         Text(
-            f"step {view['step'] + 1}/{view['steps']}: {view['step_name']}   "
+            f"{step_text(view)}   "
             f"weights: stable {100 - view['weight']}% / canary {view['weight']}%{baked}"
         ),
     ]
     if view.get("rollback_cause"):
         parts.append(Text(f"rollback: {view['rollback_cause']}", style="red"))
+    if no_executor_line(view):
+        parts.append(Text.from_markup(f"[red]{no_executor_line(view)}[/]"))
     if view.get("paused"):
         parts.append(Text(f"paused ({view['paused']})", style="yellow"))
+    nobody = not_leading(view["leader"]) if "leader" in view and not view["ended"] else None
+    if nobody is not None:
+        parts.append(Text(f"{nobody}: nothing moves this rollout until one does", style="yellow"))
     if view["gates"]:
         table = Table("gate", "role", "value", "threshold", "verdict", "trend", "evaluated")
         # A frame shows today's gates: the time of day is enough.

@@ -23,12 +23,23 @@ The reference model keeps its KV cache in FP16 (2 bytes) beside FP8 weights: tha
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from typing import Any
 
 GB = 1_000_000_000
 GiB = 1 << 30
+
+# Bounds on the inputs: far beyond any real deployment, yet small enough that every figure
+# stays exact and fits a float when shown in GB.
+MAX_GB = 100_000
+"""The most GB of weights or of memory per GPU the arithmetic takes."""
+MAX_GPUS = 65_536
+"""The most GPUs (and the widest tensor parallelism) of one replica."""
+MAX_COUNT = 2**31 - 1
+"""The largest layer, head, head_dim or token count: the engines hold them in 32-bit
+integers (TensorRT-LLM's max_seq_len, vLLM's max_model_len)."""
 
 
 class CapacityError(ValueError):
@@ -43,6 +54,14 @@ class ModelShape:
     num_kv_heads: int
     head_dim: int
 
+    def __post_init__(self) -> None:
+        for field in fields(self):
+            value = getattr(self, field.name)
+            if not 1 <= value <= MAX_COUNT:
+                raise CapacityError(
+                    f"{field.name} must be from 1 to {MAX_COUNT}, got {_shown(value)}"
+                )
+
     @classmethod
     def from_hf_config(cls, config: Mapping[str, Any]) -> ModelShape:
         """Read a HuggingFace ``config.json`` (Llama-style keys).
@@ -50,7 +69,7 @@ class ModelShape:
         ``num_key_value_heads`` defaults to ``num_attention_heads`` (no GQA); ``head_dim``
         defaults to ``hidden_size / num_attention_heads``.
 
-        :raises CapacityError: a key is missing or not a positive integer.
+        :raises CapacityError: a key is missing or not an integer from 1 to :data:`MAX_COUNT`.
         """
         layers = _positive(config, "num_hidden_layers")
         kv_key = "num_key_value_heads" if "num_key_value_heads" in config else "num_attention_heads"
@@ -81,6 +100,11 @@ class Deployment:
     tokens_per_block: int = 64
 
     def __post_init__(self) -> None:
+        if not 1 <= self.gpu_count <= MAX_GPUS:
+            raise CapacityError(f"gpu_count must be from 1 to {MAX_GPUS}, got {self.gpu_count}")
+        for name in ("weight_bytes", "gpu_memory_bytes"):
+            if not 0 < getattr(self, name) <= MAX_GB * GB:
+                raise CapacityError(f"{name} must be above 0 and at most {MAX_GB} GB")
         if self.tensor_parallel < 1 or self.gpu_count % self.tensor_parallel:
             raise CapacityError(
                 f"gpu_count {self.gpu_count} is not a multiple of tensor_parallel "
@@ -103,6 +127,11 @@ class CapacityReport:
     kv_pool_tokens: int
     resident_sequences: int
     instances: int
+    memory_budget_bytes: int
+    """What the engine may use of one instance's GPUs (``memory_fraction`` of them)."""
+    weight_bytes: int
+    overhead_bytes_per_gpu: int
+    """Subtracted on every GPU before the KV pool: activations, CUDA graphs, NCCL buffers."""
 
 
 REFERENCE_SHAPE = ModelShape(num_layers=80, num_kv_heads=8, head_dim=128)
@@ -131,7 +160,7 @@ def kv_pool_bytes(deployment: Deployment) -> int:
     :raises CapacityError: the weights and overhead alone exceed the memory budget.
     """
     tp = deployment.tensor_parallel
-    budget = int(tp * deployment.gpu_memory_bytes * deployment.memory_fraction)
+    budget = memory_budget_bytes(deployment)
     pool = budget - deployment.weight_bytes - tp * deployment.overhead_bytes_per_gpu
     if pool <= 0:
         raise CapacityError(
@@ -140,6 +169,12 @@ def kv_pool_bytes(deployment: Deployment) -> int:
             f"{budget / GB:.1f} GB budget"
         )
     return pool
+
+
+def memory_budget_bytes(deployment: Deployment) -> int:
+    """What the engine may use of one instance's GPUs: ``memory_fraction`` of their memory."""
+    tp = deployment.tensor_parallel
+    return int(tp * deployment.gpu_memory_bytes * deployment.memory_fraction)
 
 
 def sequence_bytes(deployment: Deployment, max_seq_len: int) -> int:
@@ -185,6 +220,9 @@ def plan(deployment: Deployment, max_seq_len: int) -> CapacityReport:
         kv_pool_tokens=pool // token * _instances(deployment),
         resident_sequences=resident_sequences(deployment, max_seq_len),
         instances=_instances(deployment),
+        memory_budget_bytes=memory_budget_bytes(deployment),
+        weight_bytes=deployment.weight_bytes,
+        overhead_bytes_per_gpu=deployment.overhead_bytes_per_gpu,
     )
 
 
@@ -192,16 +230,29 @@ KV_DTYPE_BYTES = {"fp32": 4, "fp16": 2, "bf16": 2, "fp8": 1, "int8": 1}
 
 
 def deployment_of(engine: Any) -> Deployment:
-    """A :class:`Deployment` from a plan's ``capacity.engine`` section (or anything shaped so)."""
+    """A :class:`Deployment` from a plan's ``capacity.engine`` section (or anything shaped so).
+
+    :raises CapacityError: a figure is out of range (see :class:`Deployment`).
+    """
     return Deployment(
         shape=ModelShape(engine.num_layers, engine.num_kv_heads, engine.head_dim),
-        weight_bytes=int(engine.weights_gb * GB),
+        weight_bytes=bytes_of_gb(engine.weights_gb, "weights_gb"),
         gpu_count=engine.gpus,
-        gpu_memory_bytes=int(engine.gpu_memory_gb * GB),
+        gpu_memory_bytes=bytes_of_gb(engine.gpu_memory_gb, "gpu_memory_gb"),
         tensor_parallel=engine.tensor_parallel,
         kv_dtype_bytes=KV_DTYPE_BYTES[engine.kv_dtype],
         memory_fraction=engine.memory_fraction,
     )
+
+
+def bytes_of_gb(gb: float, name: str) -> int:
+    """``gb`` gigabytes in bytes; ``name`` says which figure in the message.
+
+    :raises CapacityError: ``gb`` is not a finite number above 0 and at most :data:`MAX_GB`.
+    """
+    if not (math.isfinite(gb) and 0 < gb <= MAX_GB):
+        raise CapacityError(f"{name} must be above 0 and at most {MAX_GB} GB, got {gb:g}")
+    return int(gb * GB)
 
 
 def _token_bytes(deployment: Deployment) -> int:
@@ -216,6 +267,13 @@ def _instances(deployment: Deployment) -> int:
 
 def _positive(config: Mapping[str, Any], key: str) -> int:
     value = config.get(key)
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise CapacityError(f"model config: {key} must be a positive integer, got {value!r}")
+    if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= MAX_COUNT:
+        raise CapacityError(
+            f"model config: {key} must be an integer from 1 to {MAX_COUNT}, got {_shown(value)}"
+        )
     return value
+
+
+def _shown(value: object) -> str:
+    text = repr(value)
+    return text if len(text) <= 40 else f"{text[:30]}... ({len(text)} characters)"

@@ -18,8 +18,11 @@ The rules, in the order they apply on a tick:
    after ``rollback_after``, counted on the rollout clock (``now``) with the hold
    included, since the hold itself stops the bake clock.
 5. A rollback moves through its phases as the world shows them done: the router reads 0,
-   then every canary replica was redeployed, then every one verified; only then does it
-   end ``rolled_back``. Until then it stays ``rolling_back``.
+   then every canary replica was redeployed, then every one verified; only then, with the
+   router still reading 0, does it end ``rolled_back`` (outcome ``verified``). Without an
+   executor it ends once the router reads 0, with the outcome ``traffic_only``: the canary
+   build stays on the canary replicas, and every view says so. Until then it stays
+   ``rolling_back``.
 6. A step counts as reached only when the router reads its desired weight back; it
    completes when its bake has elapsed (or it was promoted) and every gate passed after
    it was reached, resting on at least the step's ``min_samples``. A step whose gates
@@ -51,9 +54,11 @@ from rolloutd.core.actions import (
     Verdict,
     Verify,
 )
+from rolloutd.core.counts import counted
 from rolloutd.core.durations import format_duration
-from rolloutd.core.plan import FullStep, PauseStep, Plan, SteadyStep
+from rolloutd.core.plan import FullStep, NoExecutor, PauseStep, Plan, SteadyStep
 from rolloutd.core.progress import (
+    TRAFFIC_ONLY,
     Desired,
     Ending,
     Progress,
@@ -415,7 +420,7 @@ class _Tick:
         since = self.p.short_since or self.now
         self.p = replace(self.p, short_since=since)
         return {
-            gate: nodata.Lack(f"{seen} samples of the {needed} the step needs", since)
+            gate: nodata.Lack(f"{counted(seen, 'sample')} of the {needed} the step needs", since)
             for gate, (seen, needed) in short.items()
         }
 
@@ -481,7 +486,7 @@ class _Tick:
 
     def complete(self) -> None:
         index = self.p.step_index
-        self.events.append(Event("step_completed", f"step {index} {self.step_title()} completed"))
+        self.events.append(Event("step_completed", f"{self.plan.step_named(index)} completed"))
         if index + 1 >= len(self.plan.steps):
             self.end("completed", "rollout completed: the canary build serves all sessions")
         else:
@@ -505,7 +510,7 @@ class _Tick:
         )
         self.want(weight, mirror)
         self.events.append(
-            Event("step_entered", f"step {index} {step.title()}: canary weight {weight}%")
+            Event("step_entered", f"{self.plan.step_named(index)} entered: canary weight {weight}%")
         )
         if isinstance(step, PauseStep) and step.duration is None:
             self.alert("awaiting_promotion", "info", f"Waiting for promotion at {weight}% canary")
@@ -560,13 +565,14 @@ class _Tick:
         assert rollback is not None
         replicas = tuple(r.name for r in self.plan.pools.canary.replicas)
         stable = self.plan.artefacts.stable
+        served = desired_of(self.plan, self.p).served_by(
+            observed.router_weight, observed.router_mirror
+        )
         if rollback.phase == "weight":
-            if not desired_of(self.plan, self.p).served_by(
-                observed.router_weight, observed.router_mirror
-            ):
+            if not served:
                 return
-            if self.plan.executor.kind == "none":
-                self.end("rolled_back", "rollback finished: the router reads 0% canary")
+            if isinstance(self.plan.executor, NoExecutor):
+                self.end_traffic_only(rollback, self.plan.executor.reason)
                 return
             rollback = replace(rollback, phase="redeploy", owed=replicas)
         if rollback.phase == "redeploy":
@@ -577,23 +583,55 @@ class _Tick:
         if rollback.phase == "verify":
             owed = tuple(r for r in rollback.owed if verify_key(r) not in observed.done_actions)
             rollback = replace(rollback, owed=owed)
-        self.p = replace(self.p, rollback=rollback)
         if rollback.owed:
+            self.p = replace(self.p, rollback=rollback)
             # The journal ignores keys it already holds, so asking again adds nothing.
             action = Deploy if rollback.phase == "redeploy" else Verify
             key = deploy_key if rollback.phase == "redeploy" else verify_key
             self.actions.extend(action(key(r), r, stable) for r in rollback.owed)
             return
+        if not served:
+            # A late write put canary traffic back while the replicas were redeployed: the
+            # shell repairs the router toward 0, and the rollback ends once it reads 0 again.
+            self.p = replace(self.p, rollback=rollback)
+            return
+        self.p = replace(self.p, rollback=replace(rollback, outcome="verified"))
         self.end(
             "rolled_back",
             f"rollback finished: the router reads 0% canary and {', '.join(replicas)} "
             f"verified healthy on the pinned set {stable}",
+            data={"rollback": "verified"},
         )
 
-    def end(self, ending: Ending, detail: str, *, severity: Severity = "info") -> None:
+    def end_traffic_only(self, rollback: RollbackFacts, reason: str | None) -> None:
+        """The plan has no executor (``reason``: why, as it says): the rollback ends once the
+        router reads 0%, with the canary build still on the canary replicas. That outcome is
+        stored and said, so nobody takes it for a verified rollback."""
+        self.p = replace(
+            self.p,
+            rollback=replace(rollback, outcome="traffic_only", no_executor_reason=reason),
+        )
+        canary = self.plan.artefacts.canary
+        detail = (
+            f"rollback finished ({TRAFFIC_ONLY}): the router reads 0% canary; no replica was "
+            f"redeployed or verified, the canary replicas still hold {canary}"
+            + (f"; the plan has no executor because: {reason}" if reason else "")
+        )
+        # Warn, not inform: someone must still put the stable set back on those replicas.
+        data: dict[str, object] = {"rollback": "traffic_only", "no_executor_reason": reason}
+        self.end("rolled_back", detail, severity="warning", data=data)
+
+    def end(
+        self,
+        ending: Ending,
+        detail: str,
+        *,
+        severity: Severity = "info",
+        data: dict[str, object] | None = None,
+    ) -> None:
         self.p = replace(self.p.stop_clock(self.now), ended=ending, ended_at=self.now)
-        self.events.append(Event(ending, detail))
-        self.alert(ending, severity, detail)
+        self.events.append(Event(ending, detail, data=dict(data or {})))
+        self.alert(ending, severity, detail, data)
 
     def alert(
         self, topic: str, severity: Severity, text: str, data: dict[str, object] | None = None

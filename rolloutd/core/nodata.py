@@ -96,7 +96,7 @@ def extension_notice(
     step = plan.steps[progress.step_index]
     lacking = ", ".join(f"{g} ({seen} of {needed})" for g, (seen, needed) in short.items())
     detail = (
-        f"step {progress.step_index} {step.title()} extended by up to "
+        f"{plan.step_named(progress.step_index)} extended by up to "
         f"{format_duration(step.extension())}: short of samples: {lacking}"
     )
     data: dict[str, object] = {

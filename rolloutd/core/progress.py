@@ -44,6 +44,11 @@ RollbackPhase = Literal["weight", "redeploy", "verify"]
 RollbackKind = Literal["gate", "trigger", "abort", "deadline", "no_data"]
 """What started a rollback: a step gate's breach, a rollback trigger, an operator's abort, the
 progress deadline, or a gate without data (or samples) under ``on_no_data``."""
+RollbackOutcome = Literal["verified", "traffic_only"]
+"""How a rollback ended: every canary replica redeployed with the stable set and verified, or
+traffic moved back only, the replicas untouched (the plan has no executor)."""
+TRAFFIC_ONLY = "traffic only: no executor"
+"""What a traffic-only rollback adds to its state wherever people read it."""
 
 
 @dataclass(frozen=True)
@@ -81,6 +86,10 @@ class RollbackFacts:
     """Replicas that still owe the current phase's redeploy or verification."""
     kind: RollbackKind | None = None
     """None only in progress stored before rollbacks were classified."""
+    outcome: RollbackOutcome | None = None
+    """Set when the rollback ends; None before, and in progress stored before outcomes were."""
+    no_executor_reason: str | None = None
+    """With a ``traffic_only`` outcome: why the plan has no executor, as the plan says it."""
 
 
 @dataclass(frozen=True)
@@ -144,6 +153,8 @@ class Progress:
                 "phase": self.rollback.phase,
                 "owed": list(self.rollback.owed),
                 "kind": self.rollback.kind,
+                "outcome": self.rollback.outcome,
+                "no_executor_reason": self.rollback.no_executor_reason,
             },
             "desired": None
             if self.desired is None
@@ -187,6 +198,8 @@ class Progress:
                 phase=rollback.get("phase", "weight"),
                 owed=tuple(rollback.get("owed") or ()),
                 kind=rollback.get("kind"),
+                outcome=rollback.get("outcome"),
+                no_executor_reason=rollback.get("no_executor_reason"),
             ),
             desired=None
             if not desired
@@ -213,6 +226,29 @@ def derive_state(progress: Progress, *, awaiting_promotion: bool) -> State:
     if awaiting_promotion:
         return State.AWAITING_PROMOTION
     return State.RUNNING
+
+
+def rollback_outcome(progress: Progress) -> RollbackOutcome | None:
+    """How the rollout's rollback ended, once it has ended rolled back (else None)."""
+    if progress.ended != State.ROLLED_BACK.value or progress.rollback is None:
+        return None
+    return progress.rollback.outcome
+
+
+def step_number(index: int, count: int) -> str:
+    """A step as people count it, from 1: ``step 2 of 6`` for the step at ``index`` 1 of six.
+
+    Storage and the machine index steps from 0 (``step_index``, a plan's ``steps[1]``); every
+    view numbers them from 1, and JSON says ``"step": 2, "steps": 6``."""
+    return f"step {index + 1} of {count}"
+
+
+def shown_state(state: State, outcome: RollbackOutcome | None) -> str:
+    """The state as people read it: ``rolled_back (traffic only: no executor)`` for a rollback
+    that redeployed nothing, the state's own name otherwise."""
+    if state is State.ROLLED_BACK and outcome == "traffic_only":
+        return f"{state.value} ({TRAFFIC_ONLY})"
+    return state.value
 
 
 def _iso(value: datetime | None) -> str | None:

@@ -205,6 +205,9 @@ class TickJobs:
                 with self._lock:
                     self._due.pop(job.id, None)
                     self._early.discard(job.id)
+                if job.id.startswith("tick-"):
+                    # Its router, metrics source and executor go with it.
+                    self.reconciler.drivers.forget(int(job.id.removeprefix("tick-")))
         if self.scheduler.get_job(SENDER_JOB) is None:
             self.scheduler.add_job(
                 self.send_alerts, IntervalTrigger(seconds=SEND_EVERY_SECONDS), id=SENDER_JOB

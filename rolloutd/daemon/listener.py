@@ -87,6 +87,12 @@ class CommandListener:
         """Listen in the background."""
         self._thread.start()
 
+    def join(self, timeout: float) -> bool:
+        """Wait for the listener to see ``stopping`` and close its connection; whether it did."""
+        if self._thread.is_alive():
+            self._thread.join(timeout)
+        return not self._thread.is_alive()
+
     def state(self) -> ListenerState:
         """A consistent snapshot of the listener's state."""
         with self._lock:

@@ -30,7 +30,7 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from rolloutd.core.actions import Verdict
 from rolloutd.core.machine import rollback_kind, state_of
-from rolloutd.core.progress import Progress, RollbackKind, State
+from rolloutd.core.progress import Progress, RollbackKind, State, rollback_outcome
 from rolloutd.errors import RolloutdError
 from rolloutd.operations import current_weight, plan_of
 from rolloutd.reconcile import NotLeading
@@ -172,8 +172,9 @@ class _StoreCollector(Collector):
         gate_labels = ["rollout", "gate", "role"]
         state = GaugeMetricFamily(
             "rolloutd_rollout_state",
-            "1 for the rollout's current state, 0 for the others.",
-            labels=[*rollout_labels, "state"],
+            "1 for the rollout's current state, 0 for the others; rollback: how its rollback "
+            "ended (verified, or traffic_only: the plan has no executor), empty before.",
+            labels=[*rollout_labels, "state", "rollback"],
         )
         step = GaugeMetricFamily(
             "rolloutd_rollout_step", "The rollout's current step (0-based).", labels=rollout_labels
@@ -209,8 +210,9 @@ class _StoreCollector(Collector):
             progress = Progress.from_storage(rollout.progress)
             labels = [str(rollout.id), rollout.name, rollout.service, rollout.environment]
             current = state_of(plan, progress)
+            ended = rollback_outcome(progress) or ""
             for candidate in State:
-                state.add_metric([*labels, candidate.value], float(candidate is current))
+                state.add_metric([*labels, candidate.value, ended], float(candidate is current))
             step.add_metric(labels, float(min(progress.step_index, len(plan.steps) - 1)))
             weight.add_metric(labels, float(current_weight(plan, progress)))
             latest = queries.latest_evaluations(session, rollout.id, gates=plan.gates)

@@ -38,7 +38,7 @@ from rolloutd.clock import AnchoredClock, utc_now
 from rolloutd.daemon.health import HealthServer
 from rolloutd.daemon.jobs import TickJobs
 from rolloutd.daemon.leadership import Leadership, daemon_event
-from rolloutd.daemon.listener import CommandListener
+from rolloutd.daemon.listener import POLL_SECONDS, CommandListener
 from rolloutd.daemon.metrics import DaemonMetrics
 from rolloutd.daemon.sdnotify import Notifier, watchdog_interval
 from rolloutd.drivers import Drivers, PlanDrivers
@@ -55,6 +55,7 @@ from rolloutd.store.db import (
     session_factory,
     transaction,
 )
+from rolloutd.web.server import WebView
 
 log = structlog.get_logger("rolloutd.daemon")
 
@@ -151,6 +152,7 @@ class Daemon:
             lease=lambda: self.leadership.held,
             actor=f"rolloutd@{self.instance}",
             observe=self.metrics.delivered,
+            ui_url=settings.ui_url,
         )
         self.jobs = TickJobs(
             self.sessions,
@@ -236,6 +238,9 @@ class Daemon:
         if not self.reconciler.suites.wait_stopped(SUITE_STOP_SECONDS):
             log.warning("a suite run did not stop in time; its job expires by itself")
         self.leadership.release()
+        # It looks at the stop flag once a poll, then closes its connection.
+        if self._listener is not None and not self._listener.join(2 * POLL_SECONDS):
+            log.warning("the command listener did not stop in time")
         if self._health is not None:
             self._health.stop()
         self.sender.close()
@@ -280,7 +285,16 @@ class Daemon:
     def _start_health(self) -> None:
         host, port = self._health_address
         try:
-            self._health = HealthServer(host, port, self._health_report, self.metrics.exposition)
+            token = self.settings.ui_token
+            web = WebView(
+                self.sessions,
+                host=host,
+                token=None if token is None else token.get_secret_value(),
+                clock=self.clock,
+            )
+            self._health = HealthServer(
+                host, port, self._health_report, self.metrics.exposition, web.handle
+            )
         except OSError as exc:
             raise PermanentError(
                 f"cannot serve /healthz on {host}:{port}: {exc.strerror}"

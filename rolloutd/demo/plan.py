@@ -12,6 +12,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
+# The sets the simulated fleet pins, as `rolloutctl sim fleet` writes them.
+from rolloutd.sim.fleetdir import CANARY_SET, STABLE_SET
+
 _PLAN = """\
 name: atlas-70b-maxseq8192-demo
 service: atlas-70b
@@ -103,14 +106,6 @@ steps:
 rollback:
   triggers: [canary_oom, queue_timeouts_breach, schema_violations_breach, latency_breach]
 """
-
-
-STABLE_SET = "atlas-70b-fp8-msl32768"
-CANARY_SET = "atlas-70b-fp8-msl8192"
-ENGINE_CONFIGS = {
-    STABLE_SET: {"max_seq_len": 32768, "kv_cache_free_gpu_mem_fraction": 0.9},
-    CANARY_SET: {"max_seq_len": 8192, "kv_cache_free_gpu_mem_fraction": 0.9},
-}
 
 
 def demo_plan_yaml(weights: Path, urls: dict[str, str]) -> str:

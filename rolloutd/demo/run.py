@@ -25,7 +25,7 @@ from rolloutd.analysis.base import MetricsSource
 from rolloutd.core.plan import Plan
 from rolloutd.daemon.service import Daemon
 from rolloutd.demo.clock import ScaledClock
-from rolloutd.demo.plan import ENGINE_CONFIGS, demo_plan_yaml
+from rolloutd.demo.plan import demo_plan_yaml
 from rolloutd.demo.scenarios import Scenario
 from rolloutd.demo.splitter import Splitter
 from rolloutd.deploy.base import Executor
@@ -37,6 +37,7 @@ from rolloutd.routers.base import Router
 from rolloutd.routers.filedriver import FileRouter
 from rolloutd.settings import Settings
 from rolloutd.sim.fleet import Fleet
+from rolloutd.sim.fleetdir import ENGINE_CONFIGS
 from rolloutd.sim.gateway import AgentMetrics
 from rolloutd.sim.scoring import parse_arguments, schema_errors
 from rolloutd.sim.traffic import TrafficGenerator
@@ -89,6 +90,9 @@ class DemoDrivers:
     def executor(self, rollout_id: int, plan: Plan) -> Executor:
         return build_executor(plan)
 
+    def forget(self, rollout_id: int) -> None:
+        """The demo's router and metrics serve every rollout it runs."""
+
 
 @dataclass
 class DemoResult:
@@ -105,6 +109,9 @@ class DemoResult:
     commands: list[str] = field(default_factory=list)
     traffic: dict[str, dict[str, int]] = field(default_factory=dict)
     events: list[dict[str, Any]] = field(default_factory=list)
+    report: str | None = None
+    database: str | None = None
+    plan: str | None = None
 
     @property
     def ok(self) -> bool:
@@ -208,6 +215,16 @@ def run_demo(
         thread.join(timeout=15)
         with transaction(sessions) as session:
             result.events = history_view(session, rollout_id)
+            if workdir is not None:
+                # Kept for the operator: the page of the rollout, beside its database.
+                from rolloutd.web.pages import rollout_html
+
+                report_path = root / f"report-{rollout_id}.html"
+                report_path.write_text(
+                    rollout_html(session, rollout_id, now=clock(), report=True), encoding="utf-8"
+                )
+                result.report, result.database = str(report_path), url
+                result.plan = str(plan_path)
         engine.dispose()
         result.traffic = {
             pool: {
@@ -250,7 +267,7 @@ def _drive(
             time.sleep(0.1)
             continue
         note = None
-        if fault_at is None and scenario.inject and view["step"] >= scenario.at_step:
+        if fault_at is None and scenario.inject and view["step"] - 1 >= scenario.at_step:
             scenario.apply(fleet)
             fault_at = view["step_name"]
             note = f"fault injected at {fault_at}: {scenario.description}"

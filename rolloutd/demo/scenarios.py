@@ -12,7 +12,8 @@ CANARY = "gpu-d"
 
 @dataclass(frozen=True)
 class Scenario:
-    """A fault injected into the canary once the rollout reaches ``at_step``."""
+    """A fault injected into the canary once the rollout reaches the step at index
+    ``at_step`` of the plan (0: its first)."""
 
     name: str
     description: str

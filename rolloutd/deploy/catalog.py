@@ -17,7 +17,6 @@ from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, cast
 
-import yaml
 from sqlalchemy import select
 
 from rolloutd.deploy.artefacts import (
@@ -32,7 +31,7 @@ from rolloutd.deploy.artefacts import (
 )
 from rolloutd.errors import BadInput, NotFound, Problem, Refused
 from rolloutd.store.models import ArtefactSet
-from rolloutd.userfiles import read_user_file
+from rolloutd.userfiles import read_user_file, safe_yaml
 
 if TYPE_CHECKING:
     from sqlalchemy.orm import Session
@@ -59,10 +58,7 @@ def read_engine_config(path: str | Path) -> dict[str, Any]:
         what="an engine config",
         limit=MAX_CONFIG_BYTES,
     )
-    try:
-        data = yaml.safe_load(text)
-    except yaml.YAMLError as exc:
-        raise BadInput.one(source, "", f"is not valid YAML or JSON: {exc}") from None
+    data = safe_yaml(text, source, what="YAML or JSON")
     if not isinstance(data, dict) or not data:
         raise BadInput.one(source, "", "expected a non-empty mapping of engine parameters")
     return check_engine_config(data, source)

@@ -86,22 +86,23 @@ class Performer:
         if action.waiting(self.shell.wall()):
             return False
         held = self.shell.held()
-        now = self.shell.clock()
+        # Events are stamped when their fact was observed (a deploy may take minutes), never
+        # with the time the tick began.
         try:
             if action.kind in ("deploy", "verify"):
-                self._deploy(rollout_id, plan, action, held, now)
+                self._deploy(rollout_id, plan, action, held)
             else:
                 self._perform(router, action)
         except NotLeading:
             raise
         except TemporaryError as exc:
             wait = retry.wait_after(exc, action.attempts + 1)
-            self._failed(rollout_id, action, held, now, str(exc), wait, bound, permanent=False)
+            self._failed(rollout_id, action, held, str(exc), wait, bound, permanent=False)
             return False
         except (RolloutdError, ValueError) as exc:
             # Retrying will not help soon; it is tried again after the longest wait, in case
             # someone fixed what refused it.
-            self._failed(rollout_id, action, held, now, str(exc), retry.CAP, bound, permanent=True)
+            self._failed(rollout_id, action, held, str(exc), retry.CAP, bound, permanent=True)
             return False
         with self.shell.write(held) as session:
             if action.kind == "alert":
@@ -129,9 +130,7 @@ class Performer:
         else:
             raise PermanentError(f"unknown action kind {action.kind!r}")
 
-    def _deploy(
-        self, rollout_id: int, plan: Plan, action: Attempt, held: Held, now: datetime
-    ) -> None:
+    def _deploy(self, rollout_id: int, plan: Plan, action: Attempt, held: Held) -> None:
         """Redeploy a pinned set on a replica, or verify that it runs there (health and
         digests), recording what happened; a failure raises and is retried with backoff."""
         from rolloutd.deploy.catalog import get_set
@@ -149,6 +148,7 @@ class Performer:
         executor = self.drivers.executor(rollout_id, plan)
         if action.kind == "deploy":
             result = executor.deploy(replicas[name], pinned)
+            now = self.shell.clock()
             with self.shell.write(held) as session:
                 record_deploy(session, result, step="rollback", rollout_id=rollout_id, now=now)
                 if result.ok:
@@ -159,6 +159,7 @@ class Performer:
                 raise TemporaryError(f"deploying {set_name} on {name} failed: {result.reason}")
             return
         verification = executor.verify(replicas[name], pinned)
+        now = self.shell.clock()
         if not verification.ok:
             raise TemporaryError(f"{name} is not verified on {set_name}: {verification.reason}")
         with self.shell.write(held) as session:
@@ -213,7 +214,6 @@ class Performer:
         rollout_id: int,
         action: Attempt,
         held: Held,
-        now: datetime,
         error: str,
         wait: timedelta,
         bound: Any,
@@ -221,6 +221,7 @@ class Performer:
         permanent: bool,
     ) -> None:
         attempt = action.attempts + 1
+        now = self.shell.clock()
         bound.warning(
             "action failed", key=action.key, attempt=attempt, error=error, permanent=permanent
         )

@@ -19,6 +19,7 @@ from rolloutd.core.actions import Command, GateResult, Verdict
 from rolloutd.core.plan import Plan
 from rolloutd.core.progress import Progress
 from rolloutd.store import queries
+from rolloutd.store.evaluations import GateRole
 from rolloutd.store.models import Rollout
 
 
@@ -34,15 +35,28 @@ def command_of(row: Any) -> Command:
 
 
 def record_evaluations(
-    session: Session, rollout_id: int, step_index: int, evaluations: list[Evaluation]
+    session: Session, rollout_id: int, plan: Plan, step_index: int, evaluations: list[Evaluation]
 ) -> None:
-    """Store the tick's evaluations with their evidence, in one statement."""
+    """Store the tick's evaluations with their evidence, in one statement, each under the
+    roles it served at step ``step_index`` (:func:`stored_role`)."""
     rows: list[Any] = []
     for evaluation in evaluations:
         columns = {f.name: getattr(evaluation, f.name) for f in fields(Evaluation)}
-        columns.update(verdict=evaluation.verdict.value, reason=evaluation.reason or None)
+        columns.update(
+            verdict=evaluation.verdict.value,
+            reason=evaluation.reason or None,
+            role=stored_role(plan, step_index, evaluation),
+        )
         rows.append({"rollout_id": rollout_id, "step_index": step_index, **columns})
     queries.record_evaluations(session, rows)
+
+
+def stored_role(plan: Plan, step_index: int, evaluation: Evaluation) -> GateRole:
+    """The roles ``evaluation`` served: a trigger that is also a gate of the step is judged
+    once a tick, as a trigger, and that verdict decides the step too (``step+trigger``)."""
+    if evaluation.role == "trigger" and evaluation.gate in plan.gates_of(step_index):
+        return "step+trigger"
+    return evaluation.role
 
 
 @dataclass(frozen=True)

@@ -184,9 +184,9 @@ class Suites:
         if ran_at is None and spec.at_entry:
             # Judge this step on this step's run, not an earlier step's.
             reason = (
-                "the suite's run for this step has not finished"
+                "the suite's run for this step has not finished yet"
                 if job is not None
-                else "the suite has not run in this step"
+                else "the suite has not run in this step yet"
             )
             if failed_at is not None:
                 reason = "the suite's run for this step failed; it runs again when due"
@@ -211,7 +211,7 @@ class Suites:
         held = shell.held()
         if job is not None and job.step_index != step:
             with shell.write(held) as session:
-                reason = f"step {step} began before the run finished"
+                reason = f"{gate.plan.step_named(step)} began before the run finished"
                 suite_jobs.end_job(session, job.id, state="superseded", now=now, reason=reason)
             self._stop(job.id)
             job = None

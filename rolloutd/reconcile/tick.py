@@ -376,7 +376,7 @@ class Reconciler:
         rollout, plan, progress = facts.rollout, facts.plan, facts.progress
         rollout_id = rollout.id
         with shell.write(held) as session:
-            records.record_evaluations(session, rollout_id, progress.step_index, evaluations)
+            records.record_evaluations(session, rollout_id, plan, progress.step_index, evaluations)
             commands = queries.pending_commands(session, rollout_id)
             decision = decide(
                 plan,

@@ -15,6 +15,8 @@ for ``rolloutctl capacity``. The parts, one idea per module::
     traffic     TrafficGenerator: agent sessions through any URL, counting per pool
     gateway     AgentMetrics: sessions, escalations, tool calls, schema violations per pool
     source      SimulatorMetrics: the MetricsSource over a fleet
+    metricsfile the fleet's signals written for the ``file`` metrics source of another process
+    fleetdir    what ``rolloutctl sim fleet`` writes: artefacts to pin, plans pointed at it
     cases, profiles, scoring   tool-call cases, how each quality profile answers, scoring
     scheduler, serving, process, stats, exposition, server, repository, protocol, ledger,
     faults      the engine's insides

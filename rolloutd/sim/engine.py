@@ -30,7 +30,7 @@ from rolloutd.sim.serving import serve_chat
 
 
 class Replica:
-    """A simulated engine replica; ``start()`` serves it over HTTP on 127.0.0.1."""
+    """A simulated engine replica; ``start()`` serves it over HTTP (on 127.0.0.1 by default)."""
 
     def __init__(
         self,
@@ -74,14 +74,17 @@ class Replica:
 
     # -- lifecycle -------------------------------------------------------------------
 
-    def start(self, port: int = 0) -> Replica:
-        """Serve on 127.0.0.1 (``port`` 0 picks a free port); returns self."""
+    def start(self, port: int = 0, host: str = "127.0.0.1") -> Replica:
+        """Serve on ``host`` (``port`` 0 picks a free port); returns self.
+
+        :raises OSError: the address cannot be bound (in use, or not this host's).
+        """
         with self.lock:
             self._stopped = False
             if self.process is None:
                 self.process = self.last_process = Process(self.config, time.time())
                 self.model_state, self.model_reason = "READY", ""
-        self._server = EngineServer(self, port)
+        self._server = EngineServer(self, port, host)
         return self
 
     def stop(self) -> None:

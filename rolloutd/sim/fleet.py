@@ -8,7 +8,7 @@ the traffic generator fills, so ``fleet.metrics()`` can answer every gate signal
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
@@ -91,10 +91,18 @@ class Fleet:
             load_delay_s=load_delay_s,
         )
 
-    def start(self) -> Fleet:
-        """Start serving every replica; returns self."""
-        for replica in self._replicas.values():
-            replica.start()
+    def start(self, ports: Mapping[str, int] | None = None) -> Fleet:
+        """Start serving every replica, on its port in ``ports`` (by name) or a free one;
+        returns self.
+
+        :raises OSError: a port cannot be bound; the replicas already started are stopped.
+        """
+        try:
+            for name, replica in self._replicas.items():
+                replica.start((ports or {}).get(name, 0))
+        except OSError:
+            self.stop()
+            raise
         return self
 
     def stop(self) -> None:

@@ -5,15 +5,16 @@ vLLM: ``GET /health`` (200, or 503 while the engine is dead). Triton: ``GET /v2/
 live|ready`` (ready: 200/400), the model repository API (see ``repository``).
 Admin (the sim's own): ``GET|POST|DELETE /admin/faults`` (``{"oom": true}`` crashes the
 engine), ``GET /admin/state``, ``POST /admin/restart {"config": {engine args}}``.
-Everything is on one port (Triton puts metrics on their own, 8002). A threaded server on
-127.0.0.1 with HTTP/1.1 keep-alive: each connection has a thread, so concurrent sessions
-really queue for the engine's slots.
+Everything is on one port (Triton puts metrics on their own, 8002). A threaded server (on
+127.0.0.1 unless told otherwise) with HTTP/1.1 keep-alive: each connection has a thread, so
+concurrent sessions really queue for the engine's slots.
 """
 
 from __future__ import annotations
 
 import json
 import re
+import sys
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import TYPE_CHECKING, Any
@@ -37,12 +38,13 @@ _REPOSITORY = re.compile(r"^/v2/repository/models/([^/]+)/(load|unload)$")
 class EngineServer:
     """Serves one replica until ``close()``."""
 
-    def __init__(self, replica: Replica, port: int = 0) -> None:
+    def __init__(self, replica: Replica, port: int = 0, host: str = "127.0.0.1") -> None:
         registry = CollectorRegistry(auto_describe=False)
         registry.register(EngineCollector(replica.metric_state))
         handler = type("Handler", (_Handler,), {"replica": replica, "registry": registry})
-        self._httpd = _Server(("127.0.0.1", port), handler)
-        self.url = f"http://127.0.0.1:{self._httpd.server_address[1]}"
+        self._httpd = _Server((host, port), handler)
+        self.port = int(self._httpd.server_address[1])
+        self.url = f"http://{host}:{self.port}"
         self._thread = threading.Thread(
             target=self._httpd.serve_forever,
             kwargs={"poll_interval": 0.05},
@@ -61,6 +63,12 @@ class EngineServer:
 class _Server(ThreadingHTTPServer):
     daemon_threads = True
     request_queue_size = 512
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        # A client that hangs up before its answer (an abandoned suite run, traffic that
+        # stops) is the client's business, not worth a traceback; anything else is.
+        if not isinstance(sys.exc_info()[1], ConnectionError):
+            super().handle_error(request, client_address)
 
 
 class _Handler(BaseHTTPRequestHandler):

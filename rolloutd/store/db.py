@@ -7,7 +7,8 @@ timeout). It turns "cannot connect" into :class:`~rolloutd.errors.DatabaseUnavai
 message names the host but never the password.
 
 Start-up checks the schema with plain SQL (:func:`check_revision`), so the CLI never imports
-alembic; only :func:`upgrade` does, lazily.
+alembic; only :func:`upgrade` does, lazily. The ORM too is imported only to make sessions:
+the commands that only read connect without it.
 """
 
 from __future__ import annotations
@@ -15,14 +16,16 @@ from __future__ import annotations
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from sqlalchemy import URL, Engine, create_engine, event, inspect, make_url, text
 from sqlalchemy.exc import ArgumentError, InterfaceError, OperationalError
-from sqlalchemy.orm import Session, sessionmaker
 
 from rolloutd.errors import BadInput, DatabaseUnavailable, PermanentError, SchemaOutOfDate
 from rolloutd.store.schema import SCHEMA_REVISION
+
+if TYPE_CHECKING:
+    from sqlalchemy.orm import Session, sessionmaker
 
 URL_SETTING = "ROLLOUTD_DATABASE_URL"
 DEFAULT_URL = "sqlite:///rolloutd.db"
@@ -137,6 +140,8 @@ def session_factory(engine: Engine) -> sessionmaker[Session]:
     Objects stay readable after commit (``expire_on_commit=False``): the CLI prints what it wrote
     after the transaction has ended, and a rollout's ``revision`` is exactly the one we committed.
     """
+    from sqlalchemy.orm import sessionmaker
+
     return sessionmaker(bind=engine, expire_on_commit=False)
 
 

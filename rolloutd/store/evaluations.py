@@ -17,7 +17,13 @@ from sqlalchemy.orm import Session
 from rolloutd.store.models import GateEvaluation
 from rolloutd.store.writes import add_row
 
-GateRole = Literal["step", "trigger"]
+GateRole = Literal["step", "trigger", "step+trigger"]
+"""What an evaluation was for (``rolloutd.store.models.GATE_ROLES``); :func:`roles_of` splits it."""
+
+
+def roles_of(role: str) -> list[str]:
+    """The roles a stored ``role`` names: ``step+trigger`` is both."""
+    return role.split("+")
 
 
 class NewEvaluation(TypedDict):

@@ -16,10 +16,11 @@ from sqlalchemy import ColumnElement, and_, exists, or_, select, update
 from sqlalchemy.orm import Session
 
 from rolloutd.store.models import Lease
+from rolloutd.store.reads import LEADER_LEASE
 from rolloutd.store.upserts import insert_on_conflict
 from rolloutd.store.writes import rowcount
 
-LEADER = "leader"
+LEADER = LEADER_LEASE
 
 Fence: TypeAlias = ColumnElement[bool]
 """A condition a leader ANDs into the WHERE clause of its writes (see :func:`fence`)."""

@@ -42,7 +42,9 @@ NAMING_CONVENTION = {
 COMMAND_KINDS = ("promote", "abort", "pause", "resume")
 COMMAND_STATUSES = ("pending", "applied", "rejected")
 ACTION_STATUSES = ("pending", "done", "failed", "superseded")
-GATE_ROLES = ("step", "trigger")
+GATE_ROLES = ("step", "trigger", "step+trigger")
+"""What an evaluation was for: a step's gate, a rollback trigger, or both at once (a gate of the
+step that is also a trigger is judged once a tick, and that verdict decides both)."""
 ENGINES = ("trtllm", "vllm")
 
 
@@ -106,6 +108,9 @@ class Rollout(Base):
     plan_hash: Mapped[Sha256]
     plan_source: Mapped[str]
     plan_path: Mapped[str]
+    steps: Mapped[int]
+    """How many steps the plan has: what a view numbers "step 2 of 6" against, without
+    parsing the plan."""
     progress: Mapped[dict[str, Any]]
     revision: Mapped[int]
     created_by: Mapped[str] = mapped_column(String(200))

@@ -32,6 +32,7 @@ class NewRollout(TypedDict):
     plan_hash: str
     plan_source: str
     plan_path: str
+    steps: int
     progress: dict[str, Any]
     state: str
 
@@ -81,12 +82,12 @@ def _refuse_if_active(session: Session, service: str, environment: str) -> None:
         )
 
 
-def get_rollout(session: Session, rollout_id: int) -> Rollout:
-    """Return rollout ``rollout_id``.
+def get_rollout(session: Session, rollout_id: int, *, for_update: bool = False) -> Rollout:
+    """Return rollout ``rollout_id`` (``for_update``: its row locked until the transaction ends).
 
     :raises NotFound: when there is no such rollout.
     """
-    rollout = session.get(Rollout, rollout_id)
+    rollout = session.get(Rollout, rollout_id, with_for_update=for_update)
     if rollout is None:
         raise NotFound(f"no rollout {rollout_id}")
     return rollout

@@ -9,4 +9,4 @@ from __future__ import annotations
 
 from typing import Final
 
-SCHEMA_REVISION: Final = "0008"
+SCHEMA_REVISION: Final = "0010"

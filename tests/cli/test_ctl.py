@@ -11,7 +11,10 @@ from typing import TYPE_CHECKING, Any
 import pytest
 from sqlalchemy import select
 
+from rolloutd import operations
 from rolloutd.core.progress import Progress
+from rolloutd.operations import start_rollout
+from rolloutd.planfile import parse_plan
 from rolloutd.store import queries
 from rolloutd.store.models import Action
 from tests.cli import Ctl
@@ -223,6 +226,50 @@ def test_list_and_status_without_id(ctl: Ctl, store: StoreHandle) -> None:
     assert code == 0 and "atlas-70b-maxseq8192" in out and "completed" in out
 
 
+def test_list_reads_an_ended_rollout_without_its_plan(
+    ctl: Ctl, store: StoreHandle, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An ended rollout whose step the daemon recorded is listed from its progress and that
+    record, as its plan would show it; only the rollout yet to end rebuilds its plan."""
+    ended = ctl.json("start", str(EXAMPLE))["id"]
+    started = datetime(2026, 1, 1, tzinfo=UTC)
+    done = Progress(started_at=started, step_index=5, ended="completed", ended_at=started)
+    _set_progress(store, ended, done, "completed")
+    pending = ctl.json("start", str(EXAMPLE))["id"]
+    from_plans = ctl.json("list")
+    plan = example_plan()
+    with store.sessions.begin() as session:
+        step = plan.steps[5]
+        queries.upsert_step(
+            session,
+            rollout_id=ended,
+            step_index=5,
+            name=step.title(),
+            kind=step.kind,
+            weight=float(plan.step_weight(5)),
+            entered_at=started,
+        )
+    rebuilt: list[int] = []
+    shown_plan = operations._shown_plan
+
+    def counted(rollout: Any) -> Any:
+        rebuilt.append(rollout.id)
+        return shown_plan(rollout)
+
+    monkeypatch.setattr(operations, "_shown_plan", counted)
+    assert ctl.json("list") == from_plans
+    assert rebuilt == [pending]
+    row = from_plans[1]
+    assert row["id"] == ended
+    assert (row["state"], row["step"], row["steps"], row["step_name"], row["weight"]) == (
+        "completed",
+        6,
+        6,
+        "steady",
+        100,
+    )
+
+
 def test_human_output_is_readable(ctl: Ctl) -> None:
     """The default output is a table that names the state, step and gates."""
     rollout_id = ctl.json("start", str(EXAMPLE))["id"]
@@ -294,14 +341,15 @@ def test_settings_come_from_the_env_file(
 
 
 def test_rolloutctl_does_not_import_what_only_the_daemon_needs(store: StoreHandle) -> None:
-    """`rolloutctl status` imports no alembic, apscheduler, httpx or Prometheus client."""
+    """`rolloutctl status` imports no alembic, apscheduler, HTTP or Prometheus client, and
+    not the web view's templates."""
     probe = (
         "import sys\n"
         "from rolloutd.cli.ctl import main\n"
         "try:\n    main(['status'])\n"
         "except SystemExit as e:\n    code = e.code\n"
-        "heavy = [m for m in ('alembic', 'apscheduler', 'httpx', 'prometheus_api_client',"
-        " 'prometheus_client') if m in sys.modules]\n"
+        "heavy = [m for m in ('alembic', 'apscheduler', 'httpx', 'aiohttp', 'jinja2',"
+        " 'prometheus_api_client', 'prometheus_client') if m in sys.modules]\n"
         "print(code, heavy, file=sys.stderr)\n"
     )
     result = subprocess.run(
@@ -317,6 +365,47 @@ def test_rolloutctl_does_not_import_what_only_the_daemon_needs(store: StoreHandl
         check=False,
     )
     assert result.stderr.strip().splitlines()[-1] == "0 []"
+
+
+@pytest.mark.parametrize(
+    ("argv", "absent"),
+    [
+        (["status", "{id}"], ["sqlalchemy.orm", "rolloutd.store.models"]),
+        (["list"], ["sqlalchemy.orm", "rolloutd.store.models"]),
+        (["status", "{id}", "-o", "json"], ["sqlalchemy.orm", "rich"]),
+        (["list", "-o", "json"], ["sqlalchemy.orm", "rich"]),
+    ],
+)
+def test_status_and_list_read_without_the_orm(
+    store: StoreHandle, argv: list[str], absent: list[str]
+) -> None:
+    """`status ID` and `list` read with Core statements: the ORM and the mapped tables are
+    never imported, nor, for JSON output, rich."""
+    with store.sessions.begin() as session:
+        loaded = parse_plan(EXAMPLE.read_text())
+        rollout_id = start_rollout(session, loaded, actor="t", now=datetime.now(UTC))
+    args = [a.format(id=rollout_id) for a in argv]
+    probe = (
+        "import io, sys, contextlib\n"
+        "from rolloutd.cli.ctl import main\n"
+        "with contextlib.redirect_stdout(io.StringIO()):\n"
+        f"    try:\n        main({args!r})\n"
+        "    except SystemExit as e:\n        code = e.code\n"
+        f"print(code, [m for m in {absent!r} if m in sys.modules], file=sys.stderr)\n"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", probe],
+        env={
+            "ROLLOUTD_DATABASE_URL": store.url,
+            "ROLLOUTD_ENV_FILE": "/nonexistent",
+            "PATH": "/usr/bin:/bin",
+        },
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert result.stderr.strip().splitlines()[-1] == "0 []", result.stderr
 
 
 # --- admission: pinned artefacts and the staging drill ------------------------------------

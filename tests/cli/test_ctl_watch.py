@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import io
 import json
 import threading
 from pathlib import Path
@@ -55,7 +56,7 @@ def test_watch_of_an_ended_rollout_draws_one_frame_and_exits(
     assert rollout.tick(seconds=5) == "rolled_back"
     code, out, _ = _run(capsys, "status", str(rollout.rollout_id), "--watch", "--interval", "0.05")
     assert code == 0
-    assert "step 1/4: canary 5%" in out
+    assert "step 1 of 4: canary 5%" in out
     assert "weights: stable 100% / canary 0%" in out
     assert "queue_timeouts" in out and "<= 0.01" in out and "0.006" in out
     _, raw, _ = _run(capsys, "status", str(rollout.rollout_id), "--watch", "-o", "json")
@@ -182,3 +183,35 @@ def test_a_route_to_an_undefined_channel_is_refused(
         f"{path}: alerts: routes.rolled_back.channels: channel 'pager' is not one of "
         "alerts.channels (oncall, ops)"
     ) in out
+
+
+def test_a_frame_of_a_rollout_that_nothing_drives_says_so(
+    rollout: Harness, store: StoreHandle, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The watch of a running rollout with no rolloutd holding the lease says that nothing
+    moves it; the same frame once the rollout has ended does not."""
+    from rich.console import Console
+
+    from rolloutd.cli import render
+    from rolloutd.store import queries
+
+    def drawn() -> str:
+        with store.sessions() as session:
+            view = operations.watch_view(session, queries.get_rollout(session, rollout.rollout_id))
+            leader = {"leading": False, "holder": "ops-1:4242", "last_seen": _SEEN}
+        console = Console(width=200, record=True, file=io.StringIO())
+        console.print(render.watch({**view, "leader": leader}))
+        return console.export_text()
+
+    expected = (
+        "no rolloutd is leading (last seen 2026-12-04 09:30:05 UTC, ops-1:4242): "
+        "nothing moves this rollout until one does"
+    )
+    assert expected in drawn()
+    rollout.metrics.set("oom_events", "canary", 1)
+    rollout.tick(seconds=5)
+    assert rollout.tick(seconds=5) == "rolled_back"
+    assert "no rolloutd" not in drawn()
+
+
+_SEEN = "2026-12-04T09:30:05+00:00"

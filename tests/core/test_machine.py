@@ -17,15 +17,26 @@ import pytest
 from rolloutd.core.actions import (
     Alert,
     CommandKind,
+    Deploy,
     Event,
     GateResult,
     Observed,
     SetWeight,
     Verdict,
+    Verify,
 )
 from rolloutd.core.machine import Decision, decide, refusal, rollback_kind, state_of
-from rolloutd.core.progress import Desired, Progress, RollbackFacts, State
+from rolloutd.core.plan import Plan
+from rolloutd.core.progress import (
+    Desired,
+    Progress,
+    RollbackFacts,
+    State,
+    rollback_outcome,
+    shown_state,
+)
 from tests.plans import (
+    NO_EXECUTOR,
     PLENTY,
     REPO,
     T0,
@@ -37,6 +48,7 @@ from tests.plans import (
     results,
     small_dict,
     small_plan,
+    traffic_only_example_plan,
     weights_set,
 )
 
@@ -44,9 +56,10 @@ HOUR = timedelta(hours=1)
 MINUTE = timedelta(minutes=1)
 
 
-def at_first_canary() -> World:
-    """The example rollout with step 1 (canary 5%, 48h bake) entered and verified."""
-    return World(example_plan()).reach(1)
+def at_first_canary(plan: Plan | None = None) -> World:
+    """The example rollout (or one of ``plan``) with step 1 (canary 5%, 48h bake) entered and
+    verified."""
+    return World(plan or example_plan()).reach(1)
 
 
 def step_gates(world: World, verdict: Verdict, **overrides: Verdict) -> dict[str, GateResult]:
@@ -56,10 +69,12 @@ def step_gates(world: World, verdict: Verdict, **overrides: Verdict) -> dict[str
 
 
 def rolled_back_world() -> World:
-    """An example rollout aborted at the first canary, rollback confirmed."""
+    """An example rollout aborted at the first canary, rollback confirmed: the router reads 0,
+    then the canary replica is redeployed, then verified (a tick each)."""
     world = at_first_canary()
     world.tick(commands=[command("abort")])
-    world.tick()
+    for _ in range(3):
+        world.tick()
     assert world.state is State.ROLLED_BACK
     return world
 
@@ -339,8 +354,9 @@ def test_a_rollback_is_not_finished_in_the_tick_that_starts_it() -> None:
 
 
 def test_a_rollback_ends_only_when_its_action_is_done_and_the_router_reads_zero() -> None:
-    """Action done but router still at 5%: rolling back; router at 0: rolled back."""
-    world = at_first_canary()
+    """Without an executor: action done but router still at 5%: rolling back; router at 0:
+    rolled back."""
+    world = at_first_canary(traffic_only_example_plan())
     world.lag = 1
     world.tick(commands=[command("abort")])
     world.wait(MINUTE)
@@ -362,6 +378,78 @@ def test_a_rollback_does_not_end_while_the_router_reads_above_zero() -> None:
     decision = world.tick()
     assert world.router_weight == 5
     assert decision.state is State.ROLLING_BACK
+
+
+# --- how a rollback ends -----------------------------------------------------------------------
+
+
+def _ended(decision: Decision) -> Event:
+    """The decision's one ``rolled_back`` event."""
+    (event,) = [e for e in decision.events if e.kind == "rolled_back"]
+    return event
+
+
+def test_a_rollback_without_an_executor_ends_traffic_only_and_says_so() -> None:
+    """At the router's 0% the rollback ends with the outcome ``traffic_only`` and the plan's
+    reason stored; its event and its alert (a warning: the canary build is still on the
+    replicas) say so, and people read ``rolled_back (traffic only: no executor)``."""
+    world = at_first_canary(traffic_only_example_plan())
+    world.tick(commands=[command("abort")])
+    decision = world.tick()
+    assert decision.state is State.ROLLED_BACK
+    rollback = decision.progress.rollback
+    assert rollback is not None
+    assert (rollback.outcome, rollback.no_executor_reason) == (
+        "traffic_only",
+        NO_EXECUTOR["reason"],
+    )
+    event = _ended(decision)
+    assert event.detail.startswith("rollback finished (traffic only: no executor): ")
+    assert f"no executor because: {NO_EXECUTOR['reason']}" in event.detail
+    assert event.data == {"rollback": "traffic_only", "no_executor_reason": NO_EXECUTOR["reason"]}
+    (alert,) = [a for a in decision.actions if isinstance(a, Alert)]
+    assert (alert.topic, alert.severity, alert.text) == ("rolled_back", "warning", event.detail)
+    assert not [a for a in world.actions if isinstance(a, Deploy | Verify)]
+    shown = shown_state(decision.state, rollback_outcome(decision.progress))
+    assert shown == "rolled_back (traffic only: no executor)"
+
+
+def test_a_staging_plan_without_an_executor_also_ends_traffic_only() -> None:
+    """No ``executor`` section outside production: the same outcome, with no reason to give."""
+    world = World(small_plan()).reach(2)
+    world.tick(commands=[command("abort")])
+    decision = world.tick()
+    assert decision.state is State.ROLLED_BACK
+    assert rollback_outcome(decision.progress) == "traffic_only"
+    assert _ended(decision).data == {"rollback": "traffic_only", "no_executor_reason": None}
+    assert "because" not in _ended(decision).detail
+
+
+def test_a_rollback_with_an_executor_ends_verified_after_the_redeploy_and_verification() -> None:
+    """Router at 0, then the canary replica redeployed, then verified: the outcome ``verified``,
+    and the state reads plain ``rolled_back``."""
+    world = at_first_canary()
+    world.tick(commands=[command("abort")])
+    states = [world.tick().state for _ in range(3)]
+    assert states == [State.ROLLING_BACK, State.ROLLING_BACK, State.ROLLED_BACK]
+    assert [type(a) for a in world.actions if isinstance(a, Deploy | Verify)] == [Deploy, Verify]
+    decision = world.decisions[-1]
+    assert rollback_outcome(decision.progress) == "verified"
+    assert _ended(decision).data == {"rollback": "verified"}
+    assert shown_state(decision.state, rollback_outcome(decision.progress)) == "rolled_back"
+
+
+def test_a_verified_rollback_waits_for_the_router_to_read_zero_again() -> None:
+    """A late write put 5% back while the replica was redeployed: the rollback holds in
+    rolling_back until the router reads 0 again."""
+    world = at_first_canary()
+    world.tick(commands=[command("abort")])
+    world.tick()
+    world.tick()
+    world.router_weight = 5
+    assert world.tick().state is State.ROLLING_BACK
+    world.router_weight = 0
+    assert world.tick().state is State.ROLLED_BACK
 
 
 @pytest.mark.parametrize("kind", ["promote", "pause", "resume", "abort"])
@@ -757,7 +845,12 @@ def _busy_progress() -> Progress:
         extended=True,
         short_since=T0 + 4 * HOUR,
         rollback=RollbackFacts(
-            "gate canary_oom breached", T0 + 5 * HOUR, gate="canary_oom", kind="trigger"
+            "gate canary_oom breached",
+            T0 + 5 * HOUR,
+            gate="canary_oom",
+            kind="trigger",
+            outcome="traffic_only",
+            no_executor_reason="the replicas are redeployed by hand",
         ),
         ended="rolled_back",
         ended_at=T0 + 6 * HOUR,

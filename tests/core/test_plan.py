@@ -143,6 +143,59 @@ def test_gates_of_a_step_are_the_names_it_lists() -> None:
     assert plan.gates_of(4) == ()
 
 
+def test_steps_are_numbered_from_one_of_the_plans_count_with_their_name() -> None:
+    """The second of the example's six steps reads ``step 2 of 6 (canary 5%)``."""
+    plan = example_plan()
+    assert [plan.step_named(i) for i in (0, 1, 5)] == [
+        "step 1 of 6 (shadow)",
+        "step 2 of 6 (canary 5%)",
+        "step 6 of 6 (steady)",
+    ]
+
+
+# --- the executor a rollback needs ----------------------------------------------------------
+
+
+def test_a_production_plan_without_an_executor_is_refused() -> None:
+    """Leaving the section out would make a production rollback move traffic only, silently."""
+    data = example_dict()
+    del data["executor"]
+    (problem,) = problems_of(data)
+    assert problem.field == "executor"
+    assert "needs an executor (kind: command or triton)" in problem.message
+    assert "{kind: none, reason:" in problem.message
+
+
+@pytest.mark.parametrize(
+    ("executor", "field"),
+    [
+        ({"kind": "none"}, "executor"),
+        ({"kind": "none", "reason": ""}, "executor.reason"),
+        ({"kind": "none", "reason": "  \t"}, "executor.reason"),
+    ],
+)
+def test_a_production_plan_without_an_executor_must_say_why(
+    executor: dict[str, str], field: str
+) -> None:
+    """``kind: none`` in production needs a reason that says something."""
+    (problem,) = problems_of({**example_dict(), "executor": executor})
+    assert problem.field == field
+
+
+def test_a_production_plan_may_roll_back_traffic_only_when_it_says_why() -> None:
+    """``executor: {kind: none, reason: ...}`` is a choice written down: the plan is valid."""
+    reason = "the engines are redeployed by the fleet's own pipeline"
+    plan = plan_of({**example_dict(), "executor": {"kind": "none", "reason": reason}})
+    assert (plan.executor.kind, getattr(plan.executor, "reason", None)) == ("none", reason)
+
+
+def test_a_staging_plan_needs_no_executor() -> None:
+    """Outside production a plan without an executor is valid as it was: traffic only."""
+    data = {**example_dict(), "environment": "staging"}
+    del data["executor"]
+    assert plan_of(data).executor.kind == "none"
+
+
 # --- content hash ---------------------------------------------------------------------------
 
 
@@ -786,3 +839,36 @@ def test_on_no_data_and_min_samples_survive_a_dump_and_reload() -> None:
     again = parse_plan(json.dumps(loaded.plan.model_dump(mode="json")))
     assert again.plan == loaded.plan
     assert again.content_hash == loaded.content_hash
+
+
+@pytest.mark.parametrize(
+    ("url", "message"),
+    [
+        ("http://10.20.0.14:99999", "not a valid URL (Port out of range 0-65535)"),
+        ("http://[::1", "not a valid URL (Invalid IPv6 URL)"),
+        ("http://10.20.0.14:0", "port 0 cannot be connected to"),
+        ("http://:8000", "the URL names no host"),
+    ],
+)
+def test_a_url_the_daemon_could_not_connect_to_is_a_problem_of_the_plan(
+    url: str, message: str
+) -> None:
+    """Replica, Prometheus and suite endpoints are checked as URLs when the plan is read: a
+    port past 65535 or a broken IPv6 host names the field, never an error at the first tick."""
+    for path, field in (
+        (("pools", "canary", "replicas", 0, "url"), "pools.canary.replicas[0].url"),
+        (("metrics", "url"), "metrics.url"),
+        # A gate's problems name its kind, as pydantic's tagged union does.
+        (
+            ("gates", "tool_args_no_regression", "endpoint"),
+            "gates.tool_args_no_regression.suite.endpoint",
+        ),
+    ):
+        data = example_dict()
+        where: Any = data
+        for key in path[:-1]:
+            where = where[key]
+        where[path[-1]] = url
+        with pytest.raises(BadInput) as raised:
+            parse_plan(yaml.safe_dump(data), "plan.yaml")
+        assert Problem("plan.yaml", field, message) in raised.value.problems, path

@@ -450,6 +450,31 @@ def start_rollout_in(
     return workspace, db.start_rollout(workspace.plan_path)
 
 
+# A quiet rollout ticks every hour, and its next tick is at least this far away when it starts.
+QUIET_INTERVAL = "1h"
+QUIET_FOR = timedelta(minutes=10)
+
+
+def quiet_rollout(start: Callable[[str, str], int]) -> int:
+    """A rollout that acts only when a command wakes it, for as long as a test lasts.
+
+    ``start(name, interval)`` starts a rollout of a plan called ``name`` ticking every
+    ``interval``. Each rollout ticks at once, then on a grid of its own phase (its id times the
+    golden ratio), so its second tick may come anywhere within the hour: the first rollout whose
+    next grid tick is at least ten minutes away is the one returned. The phases of consecutive
+    ids are 0.62 h apart, so the second try always is.
+    """
+    from rolloutd.daemon.jobs import PhasedInterval  # the daemon's own grid
+
+    for name in ("quiet", "quiet-2", "quiet-3"):
+        rollout = start(name, QUIET_INTERVAL)
+        now = datetime.now(UTC)
+        after = PhasedInterval.of(rollout, timedelta(hours=1)).get_next_fire_time(now, now)
+        if after is not None and after - now >= QUIET_FOR:
+            return rollout
+    raise AssertionError("three rollouts in a row due to tick within ten minutes")
+
+
 class Records:
     """Reading back what a daemon did, over a connection of the test's own."""
 
@@ -508,7 +533,7 @@ class Db(Records):
         with self.session() as session:
             return submit_command(
                 session, rollout_id, kind, actor="tester", reason=reason, now=datetime.now(UTC)
-            )
+            ).id
 
     def execute(self, sql: str, **params: Any) -> None:
         """Run a statement and commit."""

@@ -150,7 +150,8 @@ def pending_actions(db: Db, ids: list[int]) -> int:
 
 
 def step_of(detail: str) -> int:
-    """The step index a step_entered or step_completed event is about."""
+    """The step (numbered from 1, as every view numbers them) that a step_entered or
+    step_completed event is about."""
     found = re.match(r"step (\d+) ", detail)
     assert found, detail
     return int(found.group(1))
@@ -176,7 +177,10 @@ def check_trial(trial: Trial, db: Db) -> None:
         journal.append(trial.workspace.router_weight())
     if trial.expected == "completed":
         assert journal == sorted(journal), f"{where}: weights went backwards: {journal}"
-        assert set(journal) == {5, 25, 100}, f"{where}: journal {journal}"
+        # The same kill at an earlier step loses that step's line too: the next leader reads
+        # the weight back as desired and has nothing to write. That every step was entered
+        # and completed once is checked on the events below.
+        assert set(journal) <= {5, 25, 100}, f"{where}: journal {journal}"
     else:
         rolled = journal.index(0)
         assert journal[:rolled] == sorted(journal[:rolled]), f"{where}: journal {journal}"
@@ -194,7 +198,7 @@ def check_trial(trial: Trial, db: Db) -> None:
         assert once[kind] <= 1, f"{where}: {kind} recorded {once[kind]} times"
     assert once["started"] == 1, where
     if trial.expected == "completed":
-        assert set(entered) == set(completed) == {0, 1, 2}, where
+        assert set(entered) == set(completed) == {1, 2, 3}, where
         assert once["completed"] == 1, where
         assert once["rollback_started"] == 0, where
     else:

@@ -76,6 +76,9 @@ class PerService:
     def executor(self, rollout_id: int, plan: Plan) -> Executor:
         return build_executor(plan)
 
+    def forget(self, rollout_id: int) -> None:
+        """Kept for the test's life."""
+
 
 @pytest.fixture
 def running(store: StoreHandle) -> Iterator[tuple[Daemon, PerService]]:

@@ -3,7 +3,7 @@
 Commands must stay prompt after a Postgres restart (its backend terminated, then refused
 connections for a while) and after a bug in the listener loop: each test checks that, after
 the listener recovered, a command is applied within seconds although the rollout's next tick is
-a minute away. The in-process tests force the errors through the listener's own seams; the
+minutes away. The in-process tests force the errors through the listener's own seams; the
 process test kills the real daemon's listening backend as a restart of Postgres does.
 """
 
@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any
 import psycopg
 import pytest
 from pydantic import SecretStr
+from sqlalchemy import make_url
 from structlog.testing import capture_logs
 
 from rolloutd import redact
@@ -36,6 +37,7 @@ from .helpers import (
     application_name,
     assert_within,
     canary,
+    quiet_rollout,
     start_rollout_in,
     wait_until,
 )
@@ -49,16 +51,24 @@ pytestmark = pytest.mark.postgres
 # In an error text the listener must show as *** (a driver may quote its connection string).
 LEAKY_URL = "postgresql://ops:hunter2-listener@db.internal/rolloutd"
 
+# The application_name of the in-process daemon's connections.
+IN_PROCESS = application_name("in-process")
+
 
 @pytest.fixture
-def start_daemon(pg_store: StoreHandle) -> Iterator[Callable[[], Daemon]]:
-    """Starts one in-process daemon (after the test patched what it needs); stops it at the end."""
+def start_daemon(pg_store: StoreHandle, db: Db) -> Iterator[Callable[[], Daemon]]:
+    """Starts one in-process daemon (after the test patched what it needs); stops it at the end,
+    its connections closed, so that the next test finds only its own daemon's backends."""
     started: list[tuple[Daemon, threading.Thread]] = []
 
     def start() -> Daemon:
-        settings = Settings(
-            database_url=SecretStr(pg_store.url), lease_ttl_seconds=LEASE_TTL_SECONDS
+        # Named apart from any other daemon's backends on the test database.
+        url = (
+            make_url(pg_store.url)
+            .update_query_dict({"application_name": IN_PROCESS})
+            .render_as_string(hide_password=False)
         )
+        settings = Settings(database_url=SecretStr(url), lease_ttl_seconds=LEASE_TTL_SECONDS)
         daemon = Daemon(settings, loop_seconds=0.2, health_port=0)
         thread = threading.Thread(target=daemon.run, name="test-daemon", daemon=True)
         thread.start()
@@ -70,6 +80,17 @@ def start_daemon(pg_store: StoreHandle) -> Iterator[Callable[[], Daemon]]:
         daemon.stopping.set()
         thread.join(timeout=15)
         assert not thread.is_alive()
+    # A closed connection's backend leaves pg_stat_activity a moment after the client let go.
+    wait_until(lambda: not backends(db, IN_PROCESS), WAIT, "the daemon's backends to end")
+
+
+def backends(db: Db, app: str) -> list[dict[str, Any]]:
+    """The backends of the daemon named ``app`` on the test database."""
+    return db.rows(
+        "SELECT pid, query FROM pg_stat_activity"
+        " WHERE datname = current_database() AND application_name = :app",
+        app=app,
+    )
 
 
 def health(daemon: Daemon) -> dict[str, Any]:
@@ -90,12 +111,16 @@ def listener_of(daemon: Daemon) -> dict[str, Any] | None:
 
 
 def slow_rollout(db: Db, tmp_path: Path) -> int:
-    """A running rollout whose next tick is a minute away: only a NOTIFY makes it act sooner."""
+    """A running rollout whose next tick is minutes away: only a NOTIFY makes it act sooner."""
     steps = [canary(5, "1h", gates=()), PAUSE, FULL]
-    _, rollout = start_rollout_in(
-        db, tmp_path, "slow", steps, interval="60s", trigger_interval="60s"
-    )
-    # The leader ticks a new rollout once when it finds it; after that, only every 60 s.
+
+    def start(name: str, interval: str) -> int:
+        return start_rollout_in(
+            db, tmp_path, name, steps, interval=interval, trigger_interval=interval
+        )[1]
+
+    rollout = quiet_rollout(start)
+    # The leader ticks a new rollout once when it finds it; after that, not for minutes.
     wait_until(lambda: db.state(rollout) == "running", WAIT, "the rollout to start")
     return rollout
 
@@ -119,7 +144,7 @@ def test_a_bug_in_the_listener_loop_is_logged_backed_off_and_survived(
 ) -> None:
     """The listener's first poll raises a RuntimeError: it is logged with its traceback, the
     listener waits 1 s, listens again, /healthz shows the reconnect and the scrubbed error,
-    and then a pause is applied within seconds although the next tick is a minute away."""
+    and then a pause is applied within seconds although the next tick is minutes away."""
     monkeypatch.setattr(redact, "_secrets", set())
     receive = CommandListener._receive
     polls = itertools.count()
@@ -183,7 +208,7 @@ def test_a_command_written_while_postgres_refused_the_listener_applies_when_it_i
         rollout = slow_rollout(db, tmp_path)
 
         refusing.set()
-        terminate_listener(db, "rolloutd")
+        terminate_listener(db, IN_PROCESS)
         wait_until(
             lambda: "refused" in str((listener_of(daemon) or {}).get("last_error")),
             WAIT,
@@ -196,7 +221,7 @@ def test_a_command_written_while_postgres_refused_the_listener_applies_when_it_i
             return [e["retry_in_s"] for e in logs if e["event"] == "command listener reconnecting"]
 
         wait_until(lambda: len(retries()) >= 3, WAIT, "a third failure in a row")
-        assert not applied(db, command)  # its NOTIFY went nowhere; the tick is a minute away
+        assert not applied(db, command)  # its NOTIFY went nowhere; the tick is minutes away
 
         refusing.clear()
         # The listener tries again within the 4 s of its current backoff, then catches up.
@@ -223,7 +248,7 @@ def test_a_daemon_whose_listening_backend_dies_reconnects_and_commands_stay_prom
 ) -> None:
     """``rolloutd run`` loses its listening backend (as in a restart of Postgres): /healthz
     counts the reconnect and shows the error, and ``rolloutctl pause`` is then applied within
-    seconds although the rollout's next tick is a minute away."""
+    seconds although the rollout's next tick is minutes away."""
     leader = daemons.spawn("a")
     assert leader.wait_role("leader", WAIT)["listener"] == {
         "alive": True,

@@ -71,6 +71,9 @@ class Drivers:
     def executor(self, rollout_id: int, plan: Plan) -> Executor:
         return build_executor(plan)
 
+    def forget(self, rollout_id: int) -> None:
+        """Kept for the test's life."""
+
 
 @pytest.fixture
 def slow_prometheus() -> Iterator[FakePrometheus]:

@@ -133,6 +133,8 @@ def test_engine_config_is_read_from_yaml_or_json(tmp_path: Path) -> None:
         ("nested: {a: 1}\n", "nested", "expected a string, number or boolean, got dict"),
         ("- 1\n", "", "expected a non-empty mapping"),
         ("a: [\n", "", "is not valid YAML"),
+        ("max_seq_len: 2025-13-45\n", "", "holds a value that cannot be read"),
+        ("[" * 100_000, "", "is nested too deeply to read"),
     ],
 )
 def test_a_bad_engine_config_names_file_and_field(

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+import yaml
 
 from rolloutd.core.plan import CommandExecutor, NoExecutor, TritonExecutor
 from rolloutd.errors import BadInput
@@ -12,9 +13,18 @@ from tests.plans import EXAMPLE_PATH
 from .helpers import plan_yaml
 
 
-def test_plans_without_an_executor_deploy_nothing() -> None:
-    """The reference plan has no executor section: kind none."""
-    assert load_plan(EXAMPLE_PATH).plan.executor == NoExecutor()
+def test_the_reference_plan_redeploys_through_triton() -> None:
+    """The reference plan's rollback redeploys the pinned set through Triton's model control."""
+    executor = load_plan(EXAMPLE_PATH).plan.executor
+    assert isinstance(executor, TritonExecutor)
+    assert (executor.model, executor.versions) == ("atlas-70b", {"stable": 1, "canary": 3})
+
+
+def test_a_staging_plan_without_an_executor_section_deploys_nothing() -> None:
+    """No executor section (allowed outside production): kind none, no reason given."""
+    data = yaml.safe_load(plan_yaml({"kind": "none"}, ["http://h:1"]))
+    del data["executor"]
+    assert parse_plan(yaml.safe_dump(data)).plan.executor == NoExecutor()
 
 
 def test_command_and_triton_sections_parse_with_their_defaults() -> None:

@@ -146,6 +146,14 @@ class World:
         with self.store.sessions.begin() as session:
             return queries.get_rollout(session, self.rollout_id).state
 
+    def event_times(self) -> dict[str, datetime]:
+        """When each kind of event happened, as the audit log says (the first of each)."""
+        with self.store.sessions.begin() as session:
+            times: dict[str, datetime] = {}
+            for event in queries.list_events(session, self.rollout_id):
+                times.setdefault(event.kind, event.at.replace(tzinfo=event.at.tzinfo or UTC))
+            return times
+
     def events(self) -> list[str]:
         with self.store.sessions.begin() as session:
             return [e.kind for e in queries.list_events(session, self.rollout_id)]
@@ -188,6 +196,23 @@ def test_abort_redeploys_the_pinned_stable_set_and_verifies_it(world: World) -> 
     with world.store.sessions.begin() as session:
         (record,) = session.scalars(select(DeployRecord)).all()
         assert (record.step, record.ok, record.set_name) == ("rollback", True, "build-old")
+
+
+def test_the_audit_log_stamps_a_redeploy_when_it_finished_not_when_the_tick_began(
+    world: World,
+) -> None:
+    """The model load takes 1.5 s: ``artefacts_deployed`` and ``replica_verified`` are stamped
+    when the replica answered, at least that long after the rollback started, in order."""
+    load_seconds = 1.5
+    world.replica.load_delay_s = load_seconds / world.replica.time_scale
+    _started(world)
+    finished = world.run()
+    assert finished.stdout.splitlines()[-1] == "rolled_back", finished.stderr
+    at = world.event_times()
+    deployed = (at["artefacts_deployed"] - at["rollback_started"]).total_seconds()
+    assert deployed >= load_seconds, at
+    assert at["rollback_started"] <= at["artefacts_deployed"] <= at["replica_verified"], at
+    assert at["replica_verified"] <= at["rolled_back"], at
 
 
 @pytest.mark.parametrize(

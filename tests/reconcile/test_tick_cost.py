@@ -10,6 +10,7 @@ import yaml
 from rolloutd import operations
 from rolloutd.operations import start_rollout
 from rolloutd.planfile import LoadedPlan, parse_plan
+from tests.plans import NO_EXECUTOR
 from tests.reconcile.test_reconcile import PLAN, Harness
 
 if TYPE_CHECKING:
@@ -31,7 +32,8 @@ def test_a_plan_is_parsed_once_per_content_hash_across_a_hundred_ticks(
     monkeypatch.setattr(operations, "parse_plan", counting)
     h = Harness(store)
     with store.sessions.begin() as session:
-        other = parse_plan(yaml.safe_dump({**PLAN, "environment": "production"}), "other.yaml")
+        production = {**PLAN, "environment": "production", "executor": NO_EXECUTOR}
+        other = parse_plan(yaml.safe_dump(production), "other.yaml")
         second = start_rollout(session, other, actor="alice", now=h.clock())
     for _ in range(100):
         h.tick(seconds=5)

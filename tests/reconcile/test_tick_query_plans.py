@@ -28,9 +28,11 @@ def _fill(store: StoreHandle, template_id: int) -> None:
         connection.execute(
             text(
                 "INSERT INTO rollouts (name, service, environment, state, active, plan_hash,"
-                " plan_source, plan_path, progress, revision, created_by, created_at, updated_at)"
+                " plan_source, plan_path, steps, progress, revision, created_by, created_at,"
+                " updated_at)"
                 " SELECT name || i, service || i, environment, state, active, plan_hash,"
-                " plan_source, plan_path, progress, revision, created_by, created_at, updated_at"
+                " plan_source, plan_path, steps, progress, revision, created_by, created_at,"
+                " updated_at"
                 " FROM rollouts, generate_series(1, :n) AS i WHERE id = :id"
             ),
             {"n": ROLLOUTS - 1, "id": template_id},

@@ -66,3 +66,21 @@ def test_an_unusable_haproxy_socket_is_a_permanent_error() -> None:
     )
     with pytest.raises(PermanentError, match=r"admin\.sock"):
         PlanDrivers().router(1, plan)
+
+
+def test_a_rollouts_drivers_are_built_once_until_its_plan_changes_or_it_is_forgotten() -> None:
+    drivers = PlanDrivers()
+    plan = parse_plan(EXAMPLE.read_text()).plan
+    router, metrics = drivers.router(1, plan), drivers.metrics(1, plan)
+    for _ in range(100):
+        assert drivers.router(1, plan) is router
+        assert drivers.metrics(1, plan) is metrics
+    assert drivers.router(2, plan) is not router  # another rollout, its own
+    same = parse_plan(EXAMPLE.read_text()).plan  # an equal plan, parsed again
+    assert drivers.router(1, same) is router
+    changed = _plan_with_router({**plan.router.model_dump(), "backend": "atlas_70b_b"})
+    rebuilt = drivers.router(1, changed)
+    assert rebuilt is not router and rebuilt.backend == "atlas_70b_b"  # type: ignore[attr-defined]
+    drivers.forget(1)
+    assert drivers.router(1, changed) is not rebuilt
+    assert drivers.metrics(1, changed) is not metrics

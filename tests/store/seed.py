@@ -21,6 +21,7 @@ def seed_rollout(session: Session, service: str = "agent-70b", state: str = "can
         plan_hash="c" * 64,
         plan_source="",
         plan_path="plan.yaml",
+        steps=1,
         progress={},
         state=state,
         actor="alice",

@@ -15,16 +15,17 @@ from typing import Any
 import yaml
 from alembic import command
 from alembic.config import Config
-from sqlalchemy import select
+from sqlalchemy import JSON, Boolean, Integer, String, Text, column, insert, select, table
 
 from rolloutd.analysis.sources import MemoryMetrics
-from rolloutd.operations import start_rollout, submit_command
+from rolloutd.operations import submit_command
 from rolloutd.planfile import parse_plan
 from rolloutd.reconcile import Reconciler
 from rolloutd.routers.base import MemoryRouter, Router, RouterState
-from rolloutd.store import lease, queries
+from rolloutd.store import lease
 from rolloutd.store.db import make_engine, migrations_config_path, session_factory, upgrade
 from rolloutd.store.models import Action
+from rolloutd.store.timestamps import UTCDateTime
 from tests.reconcile.test_reconcile import PLAN
 from tests.twins import Clock, Twins
 
@@ -70,6 +71,23 @@ class PerRollout:
     def executor(self, rollout_id: int, plan: Any) -> Any:
         return Twins(MemoryRouter(), self.metrics_source).executor(rollout_id, plan)
 
+    def forget(self, rollout_id: int) -> None:
+        """Kept for the test's life."""
+
+
+_ROLLOUTS_0005 = table(
+    "rollouts",
+    column("id", Integer),
+    *(column(name, String) for name in ("name", "service", "environment", "state")),
+    column("active", Boolean),
+    *(column(name, Text) for name in ("plan_hash", "plan_source", "plan_path")),
+    column("progress", JSON),
+    column("revision", Integer),
+    column("created_by", String),
+    column("created_at", UTCDateTime),
+    column("updated_at", UTCDateTime),
+)
+
 
 def _rollouts_on_0005(db_url: str) -> dict[str, int]:
     """Two rollouts in flight, as revision 0005 left them."""
@@ -80,22 +98,44 @@ def _rollouts_on_0005(db_url: str) -> dict[str, int]:
     engine = make_engine(db_url)
     sessions = session_factory(engine)
     ids = {}
+    progress = {
+        "advancing": (
+            "running",
+            _old_progress(step_index=1, step_entered_at=(T0 + HOUR).isoformat()),
+        ),
+        "rolling-back": (
+            "rolling_back",
+            _old_progress(
+                step_index=1,
+                step_verified_at=(T0 + HOUR).isoformat(),
+                rollback={"cause": "gate oom breached", "started_at": (T0 + 2 * HOUR).isoformat()},
+            ),
+        ),
+    }
     with sessions.begin() as session:
-        for service in ("advancing", "rolling-back"):
+        for service, (state, old) in progress.items():
             data = copy.deepcopy(PLAN)
             data["service"] = service
             loaded = parse_plan(yaml.safe_dump(data), f"{service}.yaml")
-            ids[service] = start_rollout(session, loaded, actor="alice", now=T0)
-        advancing = queries.get_rollout(session, ids["advancing"])
-        advancing.progress = _old_progress(step_index=1, step_entered_at=(T0 + HOUR).isoformat())
-        advancing.state = "running"
-        rolling = queries.get_rollout(session, ids["rolling-back"])
-        rolling.progress = _old_progress(
-            step_index=1,
-            step_verified_at=(T0 + HOUR).isoformat(),
-            rollback={"cause": "gate oom breached", "started_at": (T0 + 2 * HOUR).isoformat()},
-        )
-        rolling.state = "rolling_back"
+            # The rollout row as revision 0005 had it (today's model has more columns).
+            ids[service] = session.execute(
+                insert(_ROLLOUTS_0005).returning(_ROLLOUTS_0005.c.id),
+                {
+                    "name": loaded.plan.name,
+                    "service": service,
+                    "environment": loaded.plan.environment,
+                    "state": state,
+                    "active": True,
+                    "plan_hash": loaded.content_hash,
+                    "plan_source": loaded.text,
+                    "plan_path": loaded.source,
+                    "progress": old,
+                    "revision": 0,
+                    "created_by": "alice",
+                    "created_at": T0,
+                    "updated_at": T0,
+                },
+            ).scalar_one()
         old = [
             (ids["advancing"], "step-0/weight-5", 5, "done"),
             (ids["advancing"], "step-1/weight-25", 25, "pending"),

@@ -42,6 +42,7 @@ def _create(
         "plan_hash": "a" * 64,
         "plan_source": "steps:\n  - shadow: {}\n",
         "plan_path": "config/plans/agent-70b.yaml",
+        "steps": 1,
         "progress": {"step": 0},
         "state": "shadow",
         "actor": "alice",

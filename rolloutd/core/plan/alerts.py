@@ -12,6 +12,7 @@ from pydantic import (
 )
 
 from rolloutd.core.plan.base import (
+    HttpUrl,
     Name,
     _Spec,
 )
@@ -75,7 +76,7 @@ class Alerts(_Spec):
     channels: dict[Name, AlertChannel] = Field(min_length=1)
     default: list[Name] = Field(default_factory=list)
     routes: dict[AlertTopic, AlertRoute] = Field(default_factory=dict)
-    prometheus_url: str | None = Field(default=None, pattern=r"^https?://\S+$")
+    prometheus_url: HttpUrl | None = None
 
     @model_validator(mode="after")
     def _routes_name_channels(self) -> Self:

@@ -6,6 +6,7 @@ from datetime import timedelta
 from typing import Annotated
 
 from pydantic import (
+    AfterValidator,
     BaseModel,
     BeforeValidator,
     ConfigDict,
@@ -14,6 +15,7 @@ from pydantic import (
 )
 
 from rolloutd.core.durations import format_duration, parse_duration
+from rolloutd.core.urls import url_problem
 
 
 def _duration(value: object) -> object:
@@ -32,6 +34,18 @@ Duration = Annotated[
     PlainSerializer(format_duration, return_type=str, when_used="json"),
 ]
 Name = Annotated[str, Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]{0,99}$")]
+
+
+def _connectable(url: str) -> str:
+    problem = url_problem(url)
+    if problem is not None:
+        raise ValueError(problem)
+    return url
+
+
+# An endpoint the daemon will connect to: a port past 65535 or a broken IPv6 host is a
+# problem with the plan, not an error at the first tick.
+HttpUrl = Annotated[str, Field(pattern=r"^https?://\S+$"), AfterValidator(_connectable)]
 Fraction = Annotated[float, Field(ge=0.0, le=1.0)]
 
 

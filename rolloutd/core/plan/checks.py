@@ -80,6 +80,24 @@ def plan_problems(plan: Plan) -> list[tuple[str, str]]:
         *_capacity(plan),
         *_gates_without_traffic(plan),
         *_step_min_samples(plan),
+        *_production_executor(plan),
+    ]
+
+
+def _production_executor(plan: Plan) -> list[tuple[str, str]]:
+    """A production rollback redeploys the stable set and verifies it: without an executor it
+    moves traffic only and leaves the canary build on the canary replicas, which a plan must
+    choose in words, not by leaving the section out."""
+    executor = plan.executor
+    if plan.environment != "production" or executor.kind != "none" or executor.reason:
+        return []
+    return [
+        (
+            "executor",
+            "a production plan needs an executor (kind: command or triton) to redeploy and "
+            "verify the stable set on rollback; to roll back traffic only, say why: "
+            '{kind: none, reason: "..."}',
+        )
     ]
 
 

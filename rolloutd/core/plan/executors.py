@@ -8,11 +8,13 @@ from typing import Annotated, Literal, Self
 
 from pydantic import (
     Field,
+    field_validator,
     model_validator,
 )
 
 from rolloutd.core.plan.base import (
     Duration,
+    HttpUrl,
     Name,
     _Spec,
 )
@@ -37,9 +39,21 @@ def _check_template(template: str, where: str) -> None:
 
 
 class NoExecutor(_Spec):
-    """No deploys: operators put artefacts on replicas themselves; rollback moves traffic only."""
+    """No deploys: operators put artefacts on replicas themselves; rollback moves traffic only.
+
+    ``reason`` says why a plan goes without one; a production plan must say it
+    (:func:`~rolloutd.core.plan.checks.plan_problems`), since its rollback then leaves the
+    canary build on the canary replicas."""
 
     kind: Literal["none"] = "none"
+    reason: str | None = Field(default=None, min_length=1)
+
+    @field_validator("reason")
+    @classmethod
+    def _reason_says_something(cls, reason: str | None) -> str | None:
+        if reason is not None and not reason.strip():
+            raise ValueError("must say why the plan has no executor, not be blank")
+        return reason
 
 
 class _Executor(_Spec):
@@ -95,7 +109,7 @@ class TritonExecutor(_Executor):
     model: Name
     versions: dict[Role, Annotated[int, Field(ge=1)]] = Field(default_factory=dict)
     unload: list[Name] = Field(default_factory=list)
-    urls: dict[Name, Annotated[str, Field(pattern=r"^https?://\S+$")]] = Field(default_factory=dict)
+    urls: dict[Name, HttpUrl] = Field(default_factory=dict)
     load_timeout: Duration = timedelta(minutes=10)
 
 

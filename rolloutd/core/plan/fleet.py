@@ -11,9 +11,11 @@ from pydantic import (
     model_validator,
 )
 
+from rolloutd.core.capacity import MAX_COUNT, MAX_GB, MAX_GPUS
 from rolloutd.core.plan.base import (
     Duration,
     Fraction,
+    HttpUrl,
     Name,
     _Spec,
 )
@@ -23,7 +25,7 @@ class Replica(_Spec):
     """One engine replica: a name the router and deploy executors know it by, and its URL."""
 
     name: Name
-    url: str = Field(pattern=r"^https?://\S+$")
+    url: HttpUrl
 
 
 class Pool(_Spec):
@@ -105,7 +107,7 @@ class NginxRouterSpec(_Spec):
     pid_file: str = Field(default="/run/nginx.pid", min_length=1)
     prefix: str | None = None
     variable: str = Field(default="rolloutd_pool", pattern=r"^[a-z_][a-z0-9_]{0,62}$")
-    verify_url: str | None = Field(default=None, pattern=r"^https?://\S+$")
+    verify_url: HttpUrl | None = None
     command_prefix: list[str] = Field(default_factory=list)
 
     @model_validator(mode="after")
@@ -128,7 +130,7 @@ class MetricsSpec(_Spec):
     """Where gate signals come from and which signal templates apply."""
 
     source: Literal["prometheus", "simulator", "memory", "file"]
-    url: str | None = None
+    url: HttpUrl | None = None
     path: str | None = None
     templates: str | None = None
     pool_label: str = "pool"
@@ -158,13 +160,14 @@ class Artefacts(_Spec):
 class EngineShape(_Spec):
     """The model and GPU box behind one canary replica, for the KV-cache arithmetic."""
 
-    num_layers: int = Field(gt=0)
-    num_kv_heads: int = Field(gt=0)
-    head_dim: int = Field(gt=0)
-    weights_gb: float = Field(gt=0)
-    gpus: int = Field(gt=0)
-    gpu_memory_gb: float = Field(gt=0)
-    tensor_parallel: int = Field(gt=0)
+    # The bounds of rolloutd.core.capacity: past them the arithmetic means nothing.
+    num_layers: int = Field(gt=0, le=MAX_COUNT)
+    num_kv_heads: int = Field(gt=0, le=MAX_COUNT)
+    head_dim: int = Field(gt=0, le=MAX_COUNT)
+    weights_gb: float = Field(gt=0, le=MAX_GB, allow_inf_nan=False)
+    gpus: int = Field(gt=0, le=MAX_GPUS)
+    gpu_memory_gb: float = Field(gt=0, le=MAX_GB, allow_inf_nan=False)
+    tensor_parallel: int = Field(gt=0, le=MAX_GPUS)
     kv_dtype: Literal["fp16", "bf16", "fp8", "int8", "fp32"] = "fp16"
     memory_fraction: Fraction = 0.9
 
@@ -177,7 +180,7 @@ class Capacity(_Spec):
     validation checks that the canary pool can hold that many sequences at ``max_seq_len``.
     """
 
-    max_seq_len: int = Field(gt=0)
-    target_concurrency: int = Field(gt=0)
+    max_seq_len: int = Field(gt=0, le=MAX_COUNT)
+    target_concurrency: int = Field(gt=0, le=MAX_COUNT)
     active_share: float = Field(default=1.0, gt=0.0, le=1.0)
     engine: EngineShape | None = None

@@ -14,6 +14,7 @@ from pydantic import (
 from rolloutd.core.plan.base import (
     Duration,
     Fraction,
+    HttpUrl,
     Name,
     _duration,
     _Spec,
@@ -203,8 +204,8 @@ class SuiteGate(_Gate):
     every: Duration | None = None
     at_entry: bool = True
     sampled_suite: str | None = Field(default=None, min_length=1)
-    endpoint: str | None = Field(default=None, pattern=r"^https?://\S+$")
-    baseline_endpoint: str | None = Field(default=None, pattern=r"^https?://\S+$")
+    endpoint: HttpUrl | None = None
+    baseline_endpoint: HttpUrl | None = None
     concurrency: int = Field(default=8, ge=1, le=256)
     max_request_errors: Fraction = 0.05
 

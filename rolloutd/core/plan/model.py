@@ -36,6 +36,7 @@ from rolloutd.core.plan.steps import (
     ShadowStep,
     Step,
 )
+from rolloutd.core.progress import step_number
 
 
 class Limits(_Spec):
@@ -95,6 +96,10 @@ class Plan(_Spec):
         if weight == 0 and not self.step_mirrors(index):
             return "canary"
         return "stable" if weight == 100 else None
+
+    def step_named(self, index: int) -> str:
+        """Step ``index`` as people read it: ``step 2 of 6 (canary 5%)``."""
+        return f"{step_number(index, len(self.steps))} ({self.steps[index].title()})"
 
     def gates_of(self, index: int) -> tuple[str, ...]:
         """The gate names that must pass for step ``index`` to complete."""

@@ -1,0 +1,123 @@
+"""What ``rolloutctl sim fleet`` writes for an operator: artefacts to pin and plans to run.
+
+A first try by hand needs the same things as production, only smaller: the two engine
+artefact directories with their engine-config files (to ``rolloutctl artefact pin``), and
+the reference plans pointed at the simulated replicas. Each plan copy differs from its
+original in :data:`SIM_FIELDS` only, so what an operator validates, drills and starts is the
+plan of the README, not a demo variant:
+
+* every replica URL (matched by name) goes to the simulated replica of that name;
+* ``router`` becomes the ``file`` router on the weights file the fleet's splitter reads;
+* ``metrics`` becomes the ``file`` source on the file the fleet rewrites every few seconds
+  (see ``metricsfile``), since a separate ``rolloutd run`` can read a file but not the
+  simulator, and there is no Prometheus on a fresh clone.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+SIM_FIELDS: tuple[str, ...] = ("pools.stable/canary.replicas[].url", "router", "metrics")
+"""The fields a plan copy changes; everything else is the original's."""
+
+STABLE_SET = "atlas-70b-fp8-msl32768"
+CANARY_SET = "atlas-70b-fp8-msl8192"
+ENGINE_CONFIGS: dict[str, dict[str, Any]] = {
+    STABLE_SET: {"max_seq_len": 32768, "kv_cache_free_gpu_mem_fraction": 0.9},
+    CANARY_SET: {"max_seq_len": 8192, "kv_cache_free_gpu_mem_fraction": 0.9},
+}
+"""The engine parameters each set is pinned with: what the simulated Triton reports back
+from its loaded config, so a deploy verifies."""
+
+
+class FleetDirError(ValueError):
+    """A plan does not fit the simulated fleet; the message names the plan and the field."""
+
+
+def model_dir(directory: Path, set_name: str) -> Path:
+    """Where the stand-in engine files of ``set_name`` go: ``DIR/models/msl32768``."""
+    return directory / "models" / set_name.rsplit("-", 1)[-1]
+
+
+def engine_config_file(directory: Path, set_name: str) -> Path:
+    """Where the engine config of ``set_name`` goes: ``DIR/engine-msl32768.json``."""
+    return directory / f"engine-{set_name.rsplit('-', 1)[-1]}.json"
+
+
+def write_artefacts(directory: Path) -> dict[str, tuple[Path, Path]]:
+    """Write both sets' stand-in engine files and engine configs under ``directory``.
+
+    The same bytes every time, so pinning a set again after a restart finds it identical.
+
+    :returns: ``{set name: (model directory, engine-config file)}``.
+    """
+    written = {}
+    for name, config in ENGINE_CONFIGS.items():
+        root = model_dir(directory, name)
+        (root / "tokenizer").mkdir(parents=True, exist_ok=True)
+        (root / "config.json").write_text(json.dumps({"architectures": ["LlamaForCausalLM"]}))
+        (root / "rank0.engine").write_bytes(name.encode() * 4096)
+        (root / "tokenizer" / "tokenizer.json").write_text('{"vocab": 128256}')
+        config_file = engine_config_file(directory, name)
+        config_file.write_text(json.dumps(config, indent=2) + "\n")
+        written[name] = (root, config_file)
+    return written
+
+
+def pointed_at_fleet(
+    data: Mapping[str, Any],
+    urls: Mapping[str, str],
+    *,
+    weights: Path,
+    metrics: Path,
+    source: str,
+) -> dict[str, Any]:
+    """A copy of the plan ``data`` that differs in :data:`SIM_FIELDS` only.
+
+    :raises FleetDirError: a replica of the plan has no simulated replica of its name.
+    """
+    plan: dict[str, Any] = json.loads(json.dumps(data))  # a deep copy, key order kept
+    for pool in ("stable", "canary"):
+        for replica in plan["pools"][pool]["replicas"]:
+            name = replica.get("name")
+            if name not in urls:
+                raise FleetDirError(
+                    f"{source}: pools.{pool}.replicas: no simulated replica named {name!r} "
+                    f"(the fleet has {', '.join(sorted(urls))})"
+                )
+            replica["url"] = urls[name]
+    header = plan["router"].get("session_header", "X-Session-Id")
+    plan["router"] = {"driver": "file", "path": str(weights), "session_header": header}
+    plan["metrics"] = {"source": "file", "path": str(metrics)}
+    return plan
+
+
+def write_plan(path: Path, original: Path, plan: Mapping[str, Any]) -> None:
+    """Write ``plan`` as YAML to ``path``, under a comment naming its original."""
+    note = (
+        f"# {original} pointed at the simulated fleet (rolloutctl sim fleet).\n"
+        f"# Changed: {', '.join(SIM_FIELDS)}; everything else is the original's.\n"
+        "# The file metrics source carries a value and a sample count per signal: gates that\n"
+        "# need histogram buckets or both pools' counts (latency, compare) stay inconclusive.\n"
+    )
+    text = yaml.safe_dump(dict(plan), sort_keys=False, width=100, allow_unicode=True)
+    path.write_text(note + text, encoding="utf-8")
+
+
+def write_env(path: Path, values: Mapping[str, str]) -> None:
+    """Write ``NAME=value`` lines a shell can source, in one rename (written last, so its
+    presence says the fleet is ready)."""
+    partial = path.with_name(f".{path.name}.tmp")
+    lines = [f"{name}={_shell_quoted(value)}" for name, value in values.items()]
+    partial.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    os.replace(partial, path)
+
+
+def _shell_quoted(value: str) -> str:
+    return "'" + value.replace("'", "'\\''") + "'"
