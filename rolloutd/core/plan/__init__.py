@@ -9,22 +9,9 @@ module holds only the shape and the rules that tie fields together.
 
 from __future__ import annotations
 
-from rolloutd.core.plan.alerts import (
-    AlertChannel,
-    AlertRoute,
-    Alerts,
-    AlertSeverity,
-    AlertTopic,
-)
-from rolloutd.core.plan.base import (
-    Duration,
-    Fraction,
-    Name,
-)
-from rolloutd.core.plan.checks import (
-    plan_problems,
-    plan_warnings,
-)
+from rolloutd.core.plan.alerts import AlertChannel, AlertRoute, Alerts, AlertSeverity, AlertTopic
+from rolloutd.core.plan.base import Duration, Fraction, Name
+from rolloutd.core.plan.checks import plan_problems, plan_warnings
 from rolloutd.core.plan.executors import (
     TEMPLATE_FIELDS,
     CommandExecutor,
@@ -61,19 +48,8 @@ from rolloutd.core.plan.gates import (
     ThresholdGate,
     planned_load_ratio,
 )
-from rolloutd.core.plan.model import (
-    Limits,
-    Plan,
-    Rollback,
-)
-from rolloutd.core.plan.steps import (
-    CanaryStep,
-    FullStep,
-    PauseStep,
-    ShadowStep,
-    SteadyStep,
-    Step,
-)
+from rolloutd.core.plan.model import Limits, Plan, Rollback
+from rolloutd.core.plan.steps import CanaryStep, FullStep, PauseStep, ShadowStep, SteadyStep, Step
 
 __all__ = [
     "DEFAULT_MIN_LOAD_RATIO",

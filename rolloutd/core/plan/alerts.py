@@ -5,17 +5,9 @@ from __future__ import annotations
 import re
 from typing import Annotated, Literal, Self
 
-from pydantic import (
-    AfterValidator,
-    Field,
-    model_validator,
-)
+from pydantic import AfterValidator, Field, model_validator
 
-from rolloutd.core.plan.base import (
-    HttpUrl,
-    Name,
-    _Spec,
-)
+from rolloutd.core.plan.base import HttpUrl, Name, _Spec
 
 # What the daemon alerts about; a route names one of these.
 AlertTopic = Literal[

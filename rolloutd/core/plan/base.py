@@ -5,14 +5,7 @@ from __future__ import annotations
 from datetime import timedelta
 from typing import Annotated
 
-from pydantic import (
-    AfterValidator,
-    BaseModel,
-    BeforeValidator,
-    ConfigDict,
-    Field,
-    PlainSerializer,
-)
+from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, PlainSerializer
 
 from rolloutd.core.durations import format_duration, parse_duration
 from rolloutd.core.urls import url_problem

@@ -6,23 +6,10 @@ import math
 from collections.abc import Mapping, Sequence
 from datetime import timedelta
 
-from rolloutd.core.plan.fleet import (
-    HAProxyRouterSpec,
-)
-from rolloutd.core.plan.gates import (
-    CapacityGate,
-    EventsGate,
-)
-from rolloutd.core.plan.model import (
-    Plan,
-)
-from rolloutd.core.plan.steps import (
-    CanaryStep,
-    FullStep,
-    PauseStep,
-    ShadowStep,
-    SteadyStep,
-)
+from rolloutd.core.plan.fleet import HAProxyRouterSpec
+from rolloutd.core.plan.gates import CapacityGate, EventsGate
+from rolloutd.core.plan.model import Plan
+from rolloutd.core.plan.steps import CanaryStep, FullStep, PauseStep, ShadowStep, SteadyStep
 
 
 def plan_warnings(

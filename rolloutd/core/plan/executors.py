@@ -6,18 +6,9 @@ import string
 from datetime import timedelta
 from typing import Annotated, Literal, Self
 
-from pydantic import (
-    Field,
-    field_validator,
-    model_validator,
-)
+from pydantic import Field, field_validator, model_validator
 
-from rolloutd.core.plan.base import (
-    Duration,
-    HttpUrl,
-    Name,
-    _Spec,
-)
+from rolloutd.core.plan.base import Duration, HttpUrl, Name, _Spec
 
 # What an argv template or ``files_path`` may name; each is filled per replica and set.
 TEMPLATE_FIELDS = frozenset({"replica", "url", "set", "digest", "root", "engine", "manifest"})

@@ -6,19 +6,10 @@ from __future__ import annotations
 from datetime import timedelta
 from typing import Annotated, Literal, Self
 
-from pydantic import (
-    Field,
-    model_validator,
-)
+from pydantic import Field, model_validator
 
 from rolloutd.core.capacity import MAX_COUNT, MAX_GB, MAX_GPUS
-from rolloutd.core.plan.base import (
-    Duration,
-    Fraction,
-    HttpUrl,
-    Name,
-    _Spec,
-)
+from rolloutd.core.plan.base import Duration, Fraction, HttpUrl, Name, _Spec
 
 
 class Replica(_Spec):

@@ -5,20 +5,9 @@ from __future__ import annotations
 from datetime import timedelta
 from typing import TYPE_CHECKING, Annotated, Literal, Self
 
-from pydantic import (
-    BeforeValidator,
-    Field,
-    model_validator,
-)
+from pydantic import BeforeValidator, Field, model_validator
 
-from rolloutd.core.plan.base import (
-    Duration,
-    Fraction,
-    HttpUrl,
-    Name,
-    _duration,
-    _Spec,
-)
+from rolloutd.core.plan.base import Duration, Fraction, HttpUrl, Name, _duration, _Spec
 
 if TYPE_CHECKING:
     from rolloutd.core.plan.model import Limits

@@ -5,37 +5,14 @@ from __future__ import annotations
 from datetime import timedelta
 from typing import Literal
 
-from pydantic import (
-    Field,
-)
+from pydantic import Field
 
-from rolloutd.core.plan.alerts import (
-    Alerts,
-)
-from rolloutd.core.plan.base import (
-    Duration,
-    Name,
-    _Spec,
-)
-from rolloutd.core.plan.executors import (
-    ExecutorSpec,
-    NoExecutor,
-)
-from rolloutd.core.plan.fleet import (
-    Artefacts,
-    Capacity,
-    MetricsSpec,
-    Pools,
-    RouterSpec,
-)
-from rolloutd.core.plan.gates import (
-    GateSpec,
-)
-from rolloutd.core.plan.steps import (
-    PauseStep,
-    ShadowStep,
-    Step,
-)
+from rolloutd.core.plan.alerts import Alerts
+from rolloutd.core.plan.base import Duration, Name, _Spec
+from rolloutd.core.plan.executors import ExecutorSpec, NoExecutor
+from rolloutd.core.plan.fleet import Artefacts, Capacity, MetricsSpec, Pools, RouterSpec
+from rolloutd.core.plan.gates import GateSpec
+from rolloutd.core.plan.steps import PauseStep, ShadowStep, Step
 from rolloutd.core.progress import step_number
 
 

@@ -5,15 +5,9 @@ from __future__ import annotations
 from datetime import timedelta
 from typing import Annotated, Literal
 
-from pydantic import (
-    Field,
-)
+from pydantic import Field
 
-from rolloutd.core.plan.base import (
-    Duration,
-    Name,
-    _Spec,
-)
+from rolloutd.core.plan.base import Duration, Name, _Spec
 
 
 class _Step(_Spec):
