@@ -11,21 +11,17 @@ ones; :func:`needs_restart` names the others that changed.
 from __future__ import annotations
 
 import os
-import re
 from datetime import timedelta
-from pathlib import Path
 from typing import Literal
-from urllib.parse import unquote
 
 from pydantic import Field, SecretStr, ValidationError, field_validator
 from pydantic_core import ErrorDetails
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from rolloutd.core.durations import parse_duration
+from rolloutd.database_url import DEFAULT_DATABASE_URL, readable_env_file, register_password
 from rolloutd.errors import BadInput, Problem
 from rolloutd.redact import register_secret
-
-DEFAULT_ENV_FILE = "/etc/rolloutd/rolloutd.env"
 
 LogLevel = Literal["debug", "info", "warning", "error"]
 
@@ -39,7 +35,7 @@ class Settings(BaseSettings):
 
     model_config = SettingsConfigDict(env_prefix="ROLLOUTD_", extra="ignore")
 
-    database_url: SecretStr = SecretStr("sqlite:///rolloutd.db")
+    database_url: SecretStr = SecretStr(DEFAULT_DATABASE_URL)
     health_host: str = "127.0.0.1"
     health_port: int = Field(default=9467, ge=0, le=65535)
     lease_ttl_seconds: float = Field(default=15.0, ge=2.0)
@@ -80,17 +76,14 @@ def load_settings() -> Settings:
 
     :raises BadInput: naming the variable when a value has the wrong form.
     """
-    env_file = os.environ.get("ROLLOUTD_ENV_FILE", DEFAULT_ENV_FILE)
-    # Under systemd the unit's EnvironmentFile= already put the file's values in the
-    # environment, and the file (mode 0600, root) is not readable by the service user.
-    path = Path(env_file)
-    source = env_file if path.is_file() and os.access(path, os.R_OK) else None
+    source = readable_env_file()
     try:
         settings = Settings(_env_file=source)
     except ValidationError as exc:
         raise BadInput([_problem(err, source) for err in exc.errors()]) from None
     except UnicodeDecodeError:
-        raise BadInput.one(env_file, "", "not a UTF-8 text file of VAR=value lines") from None
+        # Only the env file is decoded, so there is one.
+        raise BadInput.one(str(source), "", "not a UTF-8 text file of VAR=value lines") from None
     _register_secrets(settings)
     return settings
 
@@ -124,8 +117,4 @@ def _problem(err: ErrorDetails, env_file: str | None) -> Problem:
 def _register_secrets(settings: Settings) -> None:
     if settings.ui_token is not None:
         register_secret(settings.ui_token.get_secret_value())
-    url = settings.database_url.get_secret_value()
-    match = re.match(r"^[a-z][a-z0-9+.-]*://[^:/@]*:([^@/]+)@", url)
-    if match:
-        register_secret(match.group(1))
-        register_secret(unquote(match.group(1)))
+    register_password(settings.database_url.get_secret_value())

@@ -12,8 +12,8 @@ import os
 from collections.abc import Callable, Mapping
 from pathlib import Path
 
+from rolloutd.database_url import DEFAULT_ENV_FILE
 from rolloutd.redact import register_secret
-from rolloutd.settings import DEFAULT_ENV_FILE
 
 
 class Webhooks:

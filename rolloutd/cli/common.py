@@ -117,14 +117,30 @@ def operator_name() -> str:
     return os.environ.get("SUDO_USER") or getpass.getuser()
 
 
+def database_url() -> str:
+    """The configured database URL, its password registered as a secret.
+
+    Read by :mod:`rolloutd.database_url`, without pydantic-settings, so that rolloutctl starts
+    fast; only when that is in doubt by :func:`rolloutd.settings.load_settings`, which says what
+    is wrong. So rolloutctl does not check the daemon's other variables: a bad
+    ``ROLLOUTD_LOG_LEVEL`` stops ``rolloutd run``, not ``rolloutctl list``.
+    """
+    from rolloutd.database_url import configured_database_url
+
+    url = configured_database_url()
+    if url is None:
+        from rolloutd.settings import load_settings
+
+        url = load_settings().database_url.get_secret_value()
+    return url
+
+
 @contextmanager
 def _engine() -> Iterator[Engine]:
     """An engine on the configured database, whose schema must be at head."""
-    from rolloutd.settings import load_settings
     from rolloutd.store.db import check_revision, make_engine
 
-    settings = load_settings()
-    engine = make_engine(settings.database_url.get_secret_value())
+    engine = make_engine(database_url())
     try:
         check_revision(engine)
         yield engine

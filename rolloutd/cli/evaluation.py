@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
-from rolloutd.cli.common import OUTPUT, FiniteFloatRange, emit
+from rolloutd.cli.common import OUTPUT, FiniteFloatRange, database_url, emit
 from rolloutd.cli.errors import REFUSED
 from rolloutd.errors import BadInput
 
@@ -147,10 +147,9 @@ def _storage(enabled: bool) -> Iterator[Callable[[list[RunSummary]], dict[str, i
     if not enabled:
         yield lambda runs: {}
         return
-    from rolloutd.settings import load_settings
     from rolloutd.store.db import check_revision, make_engine, session_factory, transaction
 
-    engine = make_engine(load_settings().database_url.get_secret_value())
+    engine = make_engine(database_url())
     try:
         check_revision(engine)
 
