@@ -314,8 +314,8 @@ def status(rollout_id: int | None, watch: bool, interval: float, output: str) ->
       rolloutctl status 7 --watch
       rolloutctl status 7 --output json | jq .state
     """
-    from rolloutd.operations import leader_view, status_view
     from rolloutd.store import reads
+    from rolloutd.views import leader_view, status_view
 
     if watch:
         if rollout_id is None:
@@ -349,7 +349,7 @@ def _say_if_not_leading(leader: dict[str, Any], *, driven: list[dict[str, Any]])
     """Warn (on stderr, so that JSON output stays whole) when rollouts that have not ended
     wait for a rolloutd that is not running."""
     from rolloutd.core.progress import State
-    from rolloutd.operations import not_leading
+    from rolloutd.views import not_leading
 
     nobody = not_leading(leader)
     if nobody is not None and any(not State(v["state"]).terminal for v in driven):
@@ -360,8 +360,8 @@ def _watch(rollout_id: int, interval: float, output: str) -> None:
     import time
 
     from rolloutd.cli import render
-    from rolloutd.operations import leader_view, watch_view
     from rolloutd.store import queries
+    from rolloutd.views import leader_view, watch_view
 
     def frame() -> dict[str, Any]:
         with database() as session:
@@ -391,7 +391,7 @@ def list_(limit: int, output: str) -> None:
     Example:
       rolloutctl list --output json
     """
-    from rolloutd.operations import leader_view, list_views
+    from rolloutd.views import leader_view, list_views
 
     def table(data: Any) -> None:
         from rolloutd.cli import render  # rich, for a table only
@@ -418,7 +418,7 @@ def history(rollout_id: int, output: str) -> None:
       rolloutctl history 7 --output json | jq '.[] | select(.kind == "command")'
     """
     from rolloutd.cli import render
-    from rolloutd.operations import history_view
+    from rolloutd.views import history_view
 
     with database() as session:
         data = history_view(session, rollout_id)
@@ -446,7 +446,8 @@ def completion(shell: str) -> None:
 def _command(
     kind: CommandKind, rollout_id: int, reason: str | None, output: str, full: bool = False
 ) -> None:
-    from rolloutd.operations import leader_view, not_leading, submit_command
+    from rolloutd.operations import submit_command
+    from rolloutd.views import leader_view, not_leading
 
     with database() as session:
         submitted = submit_command(

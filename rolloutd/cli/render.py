@@ -14,7 +14,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from rolloutd.core.progress import State, shown_state
-from rolloutd.operations import not_leading
+from rolloutd.views import not_leading
 
 VERDICT_STYLE = {
     "pass": "green",

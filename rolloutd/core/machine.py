@@ -83,8 +83,7 @@ class Decision:
 def state_of(plan: Plan, progress: Progress) -> State:
     """The user-facing state of ``progress`` under ``plan``."""
     step = plan.steps[min(progress.step_index, len(plan.steps) - 1)]
-    waiting = isinstance(step, PauseStep) and step.duration is None
-    return derive_state(progress, awaiting_promotion=waiting)
+    return derive_state(progress, awaiting_promotion=step.awaits_promotion())
 
 
 def rollback_kind(plan: Plan, facts: RollbackFacts) -> RollbackKind:
@@ -512,7 +511,7 @@ class _Tick:
         self.events.append(
             Event("step_entered", f"{self.plan.step_named(index)} entered: canary weight {weight}%")
         )
-        if isinstance(step, PauseStep) and step.duration is None:
+        if step.awaits_promotion():
             self.alert("awaiting_promotion", "info", f"Waiting for promotion at {weight}% canary")
 
     def want(self, weight: int, mirror: bool) -> None:

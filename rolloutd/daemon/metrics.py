@@ -32,12 +32,13 @@ from rolloutd.core.actions import Verdict
 from rolloutd.core.machine import rollback_kind, state_of
 from rolloutd.core.progress import Progress, RollbackKind, State, rollback_outcome
 from rolloutd.errors import RolloutdError
-from rolloutd.operations import current_weight, plan_of
+from rolloutd.operations import plan_of
 from rolloutd.reconcile import NotLeading
 from rolloutd.store import queries
 from rolloutd.store.db import transaction
 from rolloutd.store.models import Action, Event, Rollout
 from rolloutd.store.outbox import outbox_stats
+from rolloutd.views import outline_of
 
 log = structlog.get_logger("rolloutd.metrics")
 
@@ -214,7 +215,7 @@ class _StoreCollector(Collector):
             for candidate in State:
                 state.add_metric([*labels, candidate.value, ended], float(candidate is current))
             step.add_metric(labels, float(min(progress.step_index, len(plan.steps) - 1)))
-            weight.add_metric(labels, float(current_weight(plan, progress)))
+            weight.add_metric(labels, float(outline_of(rollout).weight(progress)))
             latest = queries.latest_evaluations(session, rollout.id, gates=plan.gates)
             for gate, row in sorted(latest.items()):
                 gate_labels = [str(rollout.id), gate, row.role]

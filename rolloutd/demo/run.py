@@ -31,7 +31,7 @@ from rolloutd.demo.splitter import Splitter
 from rolloutd.deploy.base import Executor
 from rolloutd.deploy.executors import build_executor
 from rolloutd.errors import DatabaseUnavailable
-from rolloutd.operations import history_view, start_rollout, status_view, submit_command
+from rolloutd.operations import start_rollout, submit_command
 from rolloutd.planfile import load_plan
 from rolloutd.routers.base import Router
 from rolloutd.routers.filedriver import FileRouter
@@ -43,6 +43,7 @@ from rolloutd.sim.scoring import parse_arguments, schema_errors
 from rolloutd.sim.traffic import TrafficGenerator
 from rolloutd.store import queries
 from rolloutd.store.db import make_engine, session_factory, transaction, upgrade
+from rolloutd.views import history_view, status_view
 
 TERMINAL = ("completed", "rolled_back", "aborted", "failed")
 

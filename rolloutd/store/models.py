@@ -111,6 +111,9 @@ class Rollout(Base):
     steps: Mapped[int]
     """How many steps the plan has: what a view numbers "step 2 of 6" against, without
     parsing the plan."""
+    plan_outline: Mapped[dict[str, Any] | None]
+    """What the views show of the plan (:class:`rolloutd.core.outline.PlanOutline`); none for
+    rollouts started before outlines were stored."""
     progress: Mapped[dict[str, Any]]
     revision: Mapped[int]
     created_by: Mapped[str] = mapped_column(String(200))

@@ -35,6 +35,7 @@ ROLLOUTS = table(
     column("plan_hash", String),
     column("plan_source", Text),
     column("steps", Integer),
+    column("plan_outline", JSON),
     column("progress", JSON),
     column("created_by", String),
     column("created_at", UTCDateTime),
@@ -81,6 +82,7 @@ class RolloutRow(NamedTuple):
     plan_hash: str
     plan_source: str
     steps: int
+    plan_outline: dict[str, Any] | None
     progress: dict[str, Any]
     created_by: str
     created_at: datetime

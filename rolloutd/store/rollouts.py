@@ -8,7 +8,7 @@ undoing someone else's. The daemon will AND its lease-epoch check into the same 
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Any, TypedDict, Unpack
+from typing import Any, NotRequired, TypedDict, Unpack
 
 from sqlalchemy import select, update
 from sqlalchemy.exc import IntegrityError
@@ -33,6 +33,8 @@ class NewRollout(TypedDict):
     plan_source: str
     plan_path: str
     steps: int
+    plan_outline: NotRequired[dict[str, Any]]
+    """What the views show of the plan; without it they derive that from the plan text."""
     progress: dict[str, Any]
     state: str
 

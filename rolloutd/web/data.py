@@ -22,7 +22,7 @@ from sqlalchemy import Connection, Integer, cast, extract, func, select
 from sqlalchemy.orm import Session
 
 from rolloutd.errors import NotFound
-from rolloutd.operations import history_view, plan_of, status_view
+from rolloutd.operations import plan_of
 from rolloutd.redact import scrub
 from rolloutd.store import queries
 from rolloutd.store.artefact_models import Drill
@@ -30,6 +30,7 @@ from rolloutd.store.evaluations import roles_of
 from rolloutd.store.models import ArtefactSet, Event, GateEvaluation, Rollout, StepProgress
 from rolloutd.store.retention import DECISIVE_EVENTS
 from rolloutd.store.suite_models import SuiteFieldResult, SuiteRun
+from rolloutd.views import history_view, status_view
 
 _EV = GateEvaluation.__table__.c
 """Its columns, read with Core: the ORM's per-row work shows at 200,000 rows."""

@@ -18,9 +18,9 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from rolloutd.core.progress import State, shown_state
-from rolloutd.operations import status_view
 from rolloutd.redact import scrub
 from rolloutd.store.models import Rollout
+from rolloutd.views import status_view
 from rolloutd.web.charts import gate_svg, weight_svg
 from rolloutd.web.data import list_version, rollout_page
 

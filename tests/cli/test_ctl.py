@@ -230,12 +230,13 @@ def test_list_reads_an_ended_rollout_without_its_plan(
     ctl: Ctl, store: StoreHandle, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """An ended rollout whose step the daemon recorded is listed from its progress and that
-    record, as its plan would show it; only the rollout yet to end rebuilds its plan."""
+    record, and one yet to end from the outline stored with it, as their plans would show
+    them: no plan is rebuilt."""
     ended = ctl.json("start", str(EXAMPLE))["id"]
     started = datetime(2026, 1, 1, tzinfo=UTC)
     done = Progress(started_at=started, step_index=5, ended="completed", ended_at=started)
     _set_progress(store, ended, done, "completed")
-    pending = ctl.json("start", str(EXAMPLE))["id"]
+    ctl.json("start", str(EXAMPLE))  # and one yet to end
     from_plans = ctl.json("list")
     plan = example_plan()
     with store.sessions.begin() as session:
@@ -250,15 +251,15 @@ def test_list_reads_an_ended_rollout_without_its_plan(
             entered_at=started,
         )
     rebuilt: list[int] = []
-    shown_plan = operations._shown_plan
+    shown_plan = operations.shown_plan
 
     def counted(rollout: Any) -> Any:
         rebuilt.append(rollout.id)
         return shown_plan(rollout)
 
-    monkeypatch.setattr(operations, "_shown_plan", counted)
+    monkeypatch.setattr(operations, "shown_plan", counted)
     assert ctl.json("list") == from_plans
-    assert rebuilt == [pending]
+    assert rebuilt == []
     row = from_plans[1]
     assert row["id"] == ended
     assert (row["state"], row["step"], row["steps"], row["step_name"], row["weight"]) == (
@@ -370,17 +371,19 @@ def test_rolloutctl_does_not_import_what_only_the_daemon_needs(store: StoreHandl
 @pytest.mark.parametrize(
     ("argv", "absent"),
     [
-        (["status", "{id}"], ["sqlalchemy.orm", "rolloutd.store.models"]),
-        (["list"], ["sqlalchemy.orm", "rolloutd.store.models"]),
-        (["status", "{id}", "-o", "json"], ["sqlalchemy.orm", "rich"]),
-        (["list", "-o", "json"], ["sqlalchemy.orm", "rich"]),
+        (["status", "{id}"], ["rolloutd.store.models"]),
+        (["list"], ["rolloutd.store.models"]),
+        (["status", "{id}", "-o", "json"], ["rich"]),
+        (["list", "-o", "json"], ["rich"]),
     ],
 )
-def test_status_and_list_read_without_the_orm(
+def test_status_and_list_read_without_the_orm_the_plan_or_the_settings(
     store: StoreHandle, argv: list[str], absent: list[str]
 ) -> None:
-    """`status ID` and `list` read with Core statements: the ORM and the mapped tables are
-    never imported, nor, for JSON output, rich."""
+    """`status ID` and `list` read with Core statements and show the outline stored with the
+    rollout: the ORM, the mapped tables, the plan model, pydantic (plan and settings alike)
+    and the YAML parser are never imported, nor, for JSON output, rich."""
+    absent = [*absent, "sqlalchemy.orm", "rolloutd.core.plan", "pydantic", "yaml"]
     with store.sessions.begin() as session:
         loaded = parse_plan(EXAMPLE.read_text())
         rollout_id = start_rollout(session, loaded, actor="t", now=datetime.now(UTC))

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 import pytest
 import yaml
 
-from rolloutd import operations
+from rolloutd import views
 from rolloutd.cli.ctl import main
 from rolloutd.cli.render import sparkline
 from tests.outbox.harness import PLAN, SECRET, Harness
@@ -74,7 +74,7 @@ def test_watch_refreshes_until_the_rollout_ends(
     """--output json prints one object per redraw and stops once the rollout has ended."""
     drawn: list[dict[str, Any]] = []
     two_drawn = threading.Event()
-    real = operations.watch_view
+    real = views.watch_view
 
     def counted(session: Session, row: Rollout) -> dict[str, Any]:
         drawn.append(real(session, row))
@@ -82,7 +82,7 @@ def test_watch_refreshes_until_the_rollout_ends(
             two_drawn.set()
         return drawn[-1]
 
-    monkeypatch.setattr(operations, "watch_view", counted)
+    monkeypatch.setattr(views, "watch_view", counted)
 
     def roll_back() -> None:
         two_drawn.wait(10)  # the watch has redrawn the running rollout
@@ -197,7 +197,7 @@ def test_a_frame_of_a_rollout_that_nothing_drives_says_so(
 
     def drawn() -> str:
         with store.sessions() as session:
-            view = operations.watch_view(session, queries.get_rollout(session, rollout.rollout_id))
+            view = views.watch_view(session, queries.get_rollout(session, rollout.rollout_id))
             leader = {"leading": False, "holder": "ops-1:4242", "last_seen": _SEEN}
         console = Console(width=200, record=True, file=io.StringIO())
         console.print(render.watch({**view, "leader": leader}))

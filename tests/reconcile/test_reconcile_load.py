@@ -22,12 +22,12 @@ import pytest
 
 from rolloutd.cli import render
 from rolloutd.demo.splitter import Splitter
-from rolloutd.operations import status_view
 from rolloutd.routers.filedriver import FileRouter
 from rolloutd.sim.config import REFERENCE_STABLE
 from rolloutd.sim.fleet import Fleet, ReplicaSpec
 from rolloutd.sim.traffic import TrafficGenerator
 from rolloutd.store import queries
+from rolloutd.views import status_view
 from tests.plans import memory_plan
 from tests.twins import Leader
 

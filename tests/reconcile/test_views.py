@@ -201,3 +201,40 @@ def test_a_gate_that_is_also_a_trigger_is_stored_and_shown_in_both_roles(
         ("queue_timeouts", "step+trigger"),
         ("oom", "trigger"),
     }
+
+
+@pytest.fixture
+def running(store: StoreHandle) -> Rollout:
+    """The rollout, running at its second step (canary 25%)."""
+    rollout = Rollout(store)
+    rollout.at_second_step()
+    return rollout
+
+
+@pytest.mark.parametrize("at", ["running", "aborted"])
+def test_a_rollout_stored_without_an_outline_reads_as_one_with(
+    request: pytest.FixtureRequest, at: str, bare_ctl: Ctl, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A rollout started before outlines were stored (plan_outline null) shows the same
+    status, list row and web page, derived from its plan; with its outline none is built."""
+    from rolloutd import operations, views
+    from rolloutd.store.models import Rollout as RolloutRow
+
+    rollout: Rollout = request.getfixturevalue(at)
+    rollout_id = str(rollout.rollout_id)
+    built: list[int] = []
+    shown_plan = operations.shown_plan
+
+    def counted(row: Any) -> Any:
+        built.append(row.id)
+        return shown_plan(row)
+
+    monkeypatch.setattr(operations, "shown_plan", counted)
+    with_outline = (bare_ctl.json("status", rollout_id), bare_ctl.json("list"), rollout.web()[2])
+    assert built == []
+    with rollout.store.sessions.begin() as session:
+        session.get_one(RolloutRow, rollout.rollout_id).plan_outline = None
+    monkeypatch.setattr(views, "_derived", {})
+    without = (bare_ctl.json("status", rollout_id), bare_ctl.json("list"), rollout.web()[2])
+    assert without == with_outline
+    assert built == [rollout.rollout_id]  # once per content hash, not once per view

@@ -7,10 +7,10 @@ from typing import TYPE_CHECKING, Any
 
 from sqlalchemy import select
 
-from rolloutd.operations import history_view, status_view
 from rolloutd.store import queries
 from rolloutd.store.models import Event, GateEvaluation
 from rolloutd.store.retention import DECISIVE_EVENTS, compact, ended_before
+from rolloutd.views import history_view, status_view
 from tests.plans import memory_plan
 from tests.reconcile.test_reconcile import Harness
 

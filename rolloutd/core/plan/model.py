@@ -7,6 +7,7 @@ from typing import Literal
 
 from pydantic import Field
 
+from rolloutd.core.outline import PlanOutline, StepOutline
 from rolloutd.core.plan.alerts import Alerts
 from rolloutd.core.plan.base import Duration, Name, _Spec
 from rolloutd.core.plan.executors import ExecutorSpec, NoExecutor
@@ -51,6 +52,21 @@ class Plan(_Spec):
     rollback: Rollback = Rollback()
     alerts: Alerts | None = None
     executor: ExecutorSpec = NoExecutor()
+
+    def outline(self) -> PlanOutline:
+        """What the views show of this plan (:mod:`rolloutd.core.outline`)."""
+        steps = tuple(
+            StepOutline(
+                kind=step.kind,
+                title=step.title(),
+                weight=self.step_weight(index),
+                hold_seconds=step.hold_for().total_seconds(),
+                awaits_promotion=step.awaits_promotion(),
+                gates=self.gates_of(index),
+            )
+            for index, step in enumerate(self.steps)
+        )
+        return PlanOutline(steps, tuple(self.rollback.triggers), tuple(self.gates))
 
     def step_weight(self, index: int) -> int:
         """The canary weight in force at step ``index`` (a pause keeps the one before it)."""

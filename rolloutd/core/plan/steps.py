@@ -30,6 +30,10 @@ class _Step(_Spec):
         """How long past its bake the step may wait for its gates' ``min_samples``."""
         return self.hold_for() if self.max_extension is None else self.max_extension
 
+    def awaits_promotion(self) -> bool:
+        """Whether the step ends only when an operator promotes."""
+        return False
+
     def title(self) -> str:
         """The step's name as shown to operators."""
         return self.name or self.default_title()
@@ -78,8 +82,11 @@ class PauseStep(_Step):
     def hold_for(self) -> timedelta:
         return self.duration or timedelta(0)
 
+    def awaits_promotion(self) -> bool:
+        return self.duration is None
+
     def default_title(self) -> str:
-        return "awaiting promotion" if self.duration is None else "pause"
+        return "awaiting promotion" if self.awaits_promotion() else "pause"
 
 
 class FullStep(_Step):
