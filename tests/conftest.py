@@ -226,6 +226,24 @@ def bare_ctl(
     return Ctl.on(store.url, monkeypatch, capsys)
 
 
+@pytest.fixture
+def plan_rebuilds(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """The ids of the rollouts whose plan model a view rebuilt from the stored text, in order
+    (the views' cache of outlines derived from plans starts empty)."""
+    from rolloutd import operations, views
+
+    rebuilt: list[int] = []
+    shown_plan = operations.shown_plan
+
+    def counted(rollout: Any) -> Any:
+        rebuilt.append(rollout.id)
+        return shown_plan(rollout)
+
+    monkeypatch.setattr(operations, "shown_plan", counted)
+    monkeypatch.setattr(views, "_derived", {})
+    return rebuilt
+
+
 # Under CI a Postgres test that did not run is a failure: a missing service must never
 # turn into a green run. Skips are counted here and turn the session's exit status red.
 _skipped_postgres: list[str] = []

@@ -5,8 +5,6 @@ pydantic-settings."""
 from __future__ import annotations
 
 import os
-import subprocess
-import sys
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -19,7 +17,7 @@ from rolloutd.database_url import DEFAULT_DATABASE_URL, configured_database_url
 from rolloutd.errors import BadInput
 from rolloutd.settings import load_settings, variable
 from rolloutd.store.db import upgrade
-from tests.cli import Ctl
+from tests.cli import Ctl, imported_by
 
 NAME = "ROLLOUTD_DATABASE_URL"
 
@@ -238,26 +236,5 @@ def test_rolloutctl_list_reads_the_database_without_pydantic_settings(tmp_path: 
     pydantic-settings, nor python-dotenv when there is no env file."""
     url = f"sqlite:///{tmp_path / 'rolloutd.db'}"
     upgrade(url)
-    probe = (
-        "import sys\n"
-        "from rolloutd.cli.ctl import main\n"
-        "try:\n    main(['list', '-o', 'json'])\n"
-        "except SystemExit as e:\n    code = e.code\n"
-        "print(code, [m for m in ('pydantic_settings', 'dotenv') if m in sys.modules],"
-        " file=sys.stderr)\n"
-    )
-    result = subprocess.run(
-        [sys.executable, "-c", probe],
-        env={
-            "ROLLOUTD_DATABASE_URL": url,
-            "ROLLOUTD_ENV_FILE": "/nonexistent",
-            "PATH": "/usr/bin:/bin",
-        },
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    )
-
-    assert result.stderr.strip().splitlines()[-1] == "0 []", result.stderr
-    assert result.stdout.strip() == "[]"
+    code, present, out = imported_by(url, ["list", "-o", "json"], ("pydantic_settings", "dotenv"))
+    assert (code, present, out.strip()) == (0, [], "[]")

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import subprocess
-import sys
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -11,13 +9,12 @@ from typing import TYPE_CHECKING, Any
 import pytest
 from sqlalchemy import select
 
-from rolloutd import operations
 from rolloutd.core.progress import Progress
 from rolloutd.operations import start_rollout
 from rolloutd.planfile import parse_plan
 from rolloutd.store import queries
 from rolloutd.store.models import Action
-from tests.cli import Ctl
+from tests.cli import Ctl, imported_by
 from tests.deploy.helpers import pin_and_drill
 from tests.plans import example_plan
 
@@ -227,7 +224,7 @@ def test_list_and_status_without_id(ctl: Ctl, store: StoreHandle) -> None:
 
 
 def test_list_reads_an_ended_rollout_without_its_plan(
-    ctl: Ctl, store: StoreHandle, monkeypatch: pytest.MonkeyPatch
+    ctl: Ctl, store: StoreHandle, plan_rebuilds: list[int]
 ) -> None:
     """An ended rollout whose step the daemon recorded is listed from its progress and that
     record, and one yet to end from the outline stored with it, as their plans would show
@@ -250,16 +247,8 @@ def test_list_reads_an_ended_rollout_without_its_plan(
             weight=float(plan.step_weight(5)),
             entered_at=started,
         )
-    rebuilt: list[int] = []
-    shown_plan = operations.shown_plan
-
-    def counted(rollout: Any) -> Any:
-        rebuilt.append(rollout.id)
-        return shown_plan(rollout)
-
-    monkeypatch.setattr(operations, "shown_plan", counted)
     assert ctl.json("list") == from_plans
-    assert rebuilt == []
+    assert plan_rebuilds == []
     row = from_plans[1]
     assert row["id"] == ended
     assert (row["state"], row["step"], row["steps"], row["step_name"], row["weight"]) == (
@@ -344,28 +333,9 @@ def test_settings_come_from_the_env_file(
 def test_rolloutctl_does_not_import_what_only_the_daemon_needs(store: StoreHandle) -> None:
     """`rolloutctl status` imports no alembic, apscheduler, HTTP or Prometheus client, and
     not the web view's templates."""
-    probe = (
-        "import sys\n"
-        "from rolloutd.cli.ctl import main\n"
-        "try:\n    main(['status'])\n"
-        "except SystemExit as e:\n    code = e.code\n"
-        "heavy = [m for m in ('alembic', 'apscheduler', 'httpx', 'aiohttp', 'jinja2',"
-        " 'prometheus_api_client', 'prometheus_client') if m in sys.modules]\n"
-        "print(code, heavy, file=sys.stderr)\n"
-    )
-    result = subprocess.run(
-        [sys.executable, "-c", probe],
-        env={
-            "ROLLOUTD_DATABASE_URL": store.url,
-            "ROLLOUTD_ENV_FILE": "/nonexistent",
-            "PATH": "/usr/bin:/bin",
-        },
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    )
-    assert result.stderr.strip().splitlines()[-1] == "0 []"
+    heavy = ("alembic", "apscheduler", "httpx", "aiohttp", "jinja2")
+    heavy += ("prometheus_api_client", "prometheus_client")
+    assert imported_by(store.url, ["status"], heavy)[:2] == (0, [])
 
 
 @pytest.mark.parametrize(
@@ -388,27 +358,7 @@ def test_status_and_list_read_without_the_orm_the_plan_or_the_settings(
         loaded = parse_plan(EXAMPLE.read_text())
         rollout_id = start_rollout(session, loaded, actor="t", now=datetime.now(UTC))
     args = [a.format(id=rollout_id) for a in argv]
-    probe = (
-        "import io, sys, contextlib\n"
-        "from rolloutd.cli.ctl import main\n"
-        "with contextlib.redirect_stdout(io.StringIO()):\n"
-        f"    try:\n        main({args!r})\n"
-        "    except SystemExit as e:\n        code = e.code\n"
-        f"print(code, [m for m in {absent!r} if m in sys.modules], file=sys.stderr)\n"
-    )
-    result = subprocess.run(
-        [sys.executable, "-c", probe],
-        env={
-            "ROLLOUTD_DATABASE_URL": store.url,
-            "ROLLOUTD_ENV_FILE": "/nonexistent",
-            "PATH": "/usr/bin:/bin",
-        },
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    )
-    assert result.stderr.strip().splitlines()[-1] == "0 []", result.stderr
+    assert imported_by(store.url, args, tuple(absent))[:2] == (0, [])
 
 
 # --- admission: pinned artefacts and the staging drill ------------------------------------
