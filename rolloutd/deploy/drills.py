@@ -17,7 +17,7 @@ from dataclasses import asdict, dataclass
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
-from sqlalchemy import select
+from sqlalchemy import ColumnElement, select
 
 from rolloutd.core.plan import Plan
 from rolloutd.deploy.artefacts import PinnedSet
@@ -234,11 +234,7 @@ def latest_drill(session: Session, stable_digest: str, canary_digest: str) -> Dr
     """The newest staging drill of this (stable, canary) pair, whatever its result."""
     return session.scalars(
         select(Drill)
-        .where(
-            Drill.stable_digest == stable_digest,
-            Drill.canary_digest == canary_digest,
-            Drill.environment == DRILL_ENVIRONMENT,
-        )
+        .where(*_of_pair(stable_digest, canary_digest))
         .order_by(Drill.started_at.desc(), Drill.id.desc())
         .limit(1)
     ).first()
@@ -248,15 +244,19 @@ def drill_passed(session: Session, stable_digest: str, canary_digest: str) -> bo
     """Whether a staging drill of exactly this (stable, canary) pair has passed."""
     found = session.scalar(
         select(Drill.id)
-        .where(
-            Drill.stable_digest == stable_digest,
-            Drill.canary_digest == canary_digest,
-            Drill.environment == DRILL_ENVIRONMENT,
-            Drill.result == "passed",
-        )
+        .where(*_of_pair(stable_digest, canary_digest), Drill.result == "passed")
         .limit(1)
     )
     return found is not None
+
+
+def _of_pair(stable_digest: str, canary_digest: str) -> tuple[ColumnElement[bool], ...]:
+    """The staging drills of exactly this (stable, canary) pair."""
+    return (
+        Drill.stable_digest == stable_digest,
+        Drill.canary_digest == canary_digest,
+        Drill.environment == DRILL_ENVIRONMENT,
+    )
 
 
 def drill_gate(session: Session, plan: Plan) -> str | None:

@@ -348,7 +348,7 @@ def simulate_max_drop(
     share of cases whose outcome flips between builds for reasons that cancel out). The
     naive rule fires whenever the observed drop exceeds ``margin``.
     """
-    worse, better = churn / 2.0 + drop, churn / 2.0
+    worse, better, better_if_not_worse = _flip_chances(churn, drop)
     if not 0.0 <= better <= 1.0 or not 0.0 <= worse + better <= 1.0:
         raise ValueError(f"churn {churn:g} and drop {drop:g} are not probabilities")
     rng = random.Random(seed)
@@ -356,7 +356,7 @@ def simulate_max_drop(
     fired = naive = 0
     for _ in range(runs):
         b = _draw(rng, cases, worse)
-        c = _draw(rng, cases - b, better / (1.0 - worse) if worse < 1.0 else 0.0)
+        c = _draw(rng, cases - b, better_if_not_worse)
         fired += _fires(b, c, cases, margin, z_crit)
         naive += (b - c) > margin * cases
     return {"rule": fired / runs, "naive": naive / runs, "runs": runs}
@@ -366,7 +366,7 @@ def max_drop_fire_probability(
     cases: int, *, margin: float, alpha: float, churn: float, drop: float
 ) -> float:
     """The exact probability that the max-drop rule fires, summed over every (b, c)."""
-    worse, better = churn / 2.0 + drop, churn / 2.0
+    worse, _, better_if_not_worse = _flip_chances(churn, drop)
     z_crit = exact_critical_z(cases, margin, alpha)
     total = 0.0
     for b in range(cases + 1):
@@ -374,11 +374,17 @@ def max_drop_fire_probability(
         if p_b < 1e-15:
             continue
         rest = cases - b
-        conditional = better / (1.0 - worse) if worse < 1.0 else 0.0
         for c in range(rest + 1):
             if _fires(b, c, cases, margin, z_crit):
-                total += p_b * _pmf(rest, conditional, c)
+                total += p_b * _pmf(rest, better_if_not_worse, c)
     return total
+
+
+def _flip_chances(churn: float, drop: float) -> tuple[float, float, float]:
+    """A case's chance to be canary-worse (``churn/2 + drop``), canary-better (``churn/2``),
+    and canary-better given that it is not worse: how a pair of runs is drawn."""
+    worse, better = churn / 2.0 + drop, churn / 2.0
+    return worse, better, (better / (1.0 - worse) if worse < 1.0 else 0.0)
 
 
 @functools.lru_cache(maxsize=64)

@@ -64,6 +64,14 @@ def one_of(column: str, values: tuple[str, ...]) -> CheckConstraint:
     return CheckConstraint(f"{column} IN ({allowed})", name=column)
 
 
+def unique_where(name: str, *columns: str, where: str) -> Index:
+    """A unique index over ``columns`` of the rows where ``where`` holds (a partial index,
+    written alike for Postgres and SQLite)."""
+    return Index(
+        name, *columns, unique=True, postgresql_where=text(where), sqlite_where=text(where)
+    )
+
+
 class Base(DeclarativeBase):
     """Declarative base carrying the shared metadata, naming convention and column types.
 
@@ -89,13 +97,8 @@ class Rollout(Base):
     __table_args__ = (
         # At most one active rollout per service and environment, enforced by the database so
         # that two operators starting rollouts at the same moment cannot both succeed.
-        Index(
-            "uq_rollouts_active_service_environment",
-            "service",
-            "environment",
-            unique=True,
-            postgresql_where=text("active"),
-            sqlite_where=text("active"),
+        unique_where(
+            "uq_rollouts_active_service_environment", "service", "environment", where="active"
         ),
     )
 
@@ -197,13 +200,7 @@ class Event(Base):
         UniqueConstraint("rollout_id", "dedup_key"),
         # NULLs are distinct in a unique constraint, so daemon-level events (no rollout) need
         # their own index to be deduplicated too.
-        Index(
-            "uq_events_daemon_dedup_key",
-            "dedup_key",
-            unique=True,
-            postgresql_where=text("rollout_id IS NULL"),
-            sqlite_where=text("rollout_id IS NULL"),
-        ),
+        unique_where("uq_events_daemon_dedup_key", "dedup_key", where="rollout_id IS NULL"),
         Index(None, "rollout_id", "at"),
     )
 

@@ -14,11 +14,11 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import ForeignKey, Index, String, UniqueConstraint, text
+from sqlalchemy import ForeignKey, Index, String, UniqueConstraint
 from sqlalchemy.orm import Mapped, mapped_column
 
 from rolloutd.core.suite_outcomes import CASE_OUTCOMES, FIELD_OUTCOMES
-from rolloutd.store.models import Base, PrimaryKey, RolloutRef, Sha256, one_of
+from rolloutd.store.models import Base, PrimaryKey, RolloutRef, Sha256, one_of, unique_where
 
 SUITE_RUN_ROLES = ("canary", "baseline")
 SUITE_JOB_STATES = ("open", "done", "failed", "superseded")
@@ -35,14 +35,7 @@ class SuiteJob(Base):
 
     __tablename__ = "suite_jobs"
     __table_args__ = (
-        Index(
-            "uq_suite_jobs_open",
-            "rollout_id",
-            "gate",
-            unique=True,
-            postgresql_where=text("state = 'open'"),
-            sqlite_where=text("state = 'open'"),
-        ),
+        unique_where("uq_suite_jobs_open", "rollout_id", "gate", where="state = 'open'"),
         Index(None, "rollout_id", "gate", "step_index"),
         one_of("state", SUITE_JOB_STATES),
     )
