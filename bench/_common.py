@@ -1,6 +1,6 @@
 """What the benchmarks that run real daemons on Postgres share: a scratch database, a
 ``rolloutd run`` process with its JSON-lines log, a plan on the ``file`` drivers, waiting on
-a condition and the nearest-rank quantile.
+a condition, the nearest-rank quantile, and results printed as a table or as JSON.
 
 Imported by the bench scripts as ``bench._common`` (each puts the repository on the path).
 """
@@ -23,6 +23,7 @@ import psycopg
 import yaml
 
 from rolloutd.store.db import normalise_url, upgrade
+from tests.daemon.helpers import daemon_env, parse_log_events, spawn_rolloutd
 
 T = TypeVar("T")
 
@@ -41,6 +42,15 @@ def nearest_rank(values: list[float], fraction: float) -> float:
     """The ``fraction`` quantile by the nearest-rank method."""
     ordered = sorted(values)
     return ordered[max(0, math.ceil(fraction * len(ordered)) - 1)]
+
+
+def print_results(results: T, output: str, report: Callable[[T], None]) -> None:
+    """Print ``results`` as ``--output`` asks: ``json`` (a value JSON has no type for, such as
+    a datetime, as its string), or ``table`` as ``report`` prints them."""
+    if output == "json":
+        print(json.dumps(results, indent=2, default=str))
+    else:
+        report(results)
 
 
 # -- the scratch database ---------------------------------------------------------------------
@@ -78,42 +88,20 @@ def scratch_database(server: str) -> Iterator[str]:
 
 class DaemonProcess:
     """One ``rolloutd run`` as instance ``name`` on the database at ``url``, its JSON-lines
-    log at ``log_path``; ``settings`` are more ``ROLLOUTD_*`` variables (by their suffix)."""
+    log at ``log_path``, started as the tests start theirs; ``ttl`` is its lease TTL in
+    seconds (None: the daemon's own)."""
 
-    def __init__(self, name: str, url: str, log_path: Path, **settings: str) -> None:
+    def __init__(self, name: str, url: str, log_path: Path, *, ttl: float | None = None) -> None:
         self.name = name
         self.log_path = log_path
-        env = {k: v for k, v in os.environ.items() if not k.startswith("ROLLOUTD_")}
-        env.pop("NOTIFY_SOCKET", None)
-        env.update(
-            ROLLOUTD_DATABASE_URL=url,
-            ROLLOUTD_ENV_FILE="/nonexistent",
-            ROLLOUTD_INSTANCE_NAME=name,
-            **{f"ROLLOUTD_{key.upper()}": value for key, value in settings.items()},
-        )
         self._log = log_path.open("wb")
-        self.proc = subprocess.Popen(
-            ["rolloutd", "run", "--health-port", "0"],
-            stdin=subprocess.DEVNULL,
-            stdout=self._log,
-            stderr=subprocess.STDOUT,
-            env=env,
-        )
+        self.proc = spawn_rolloutd(daemon_env(url, name, ttl=ttl), self._log)
 
     def log_events(self, offset: int = 0) -> list[dict[str, Any]]:
         """The log's events from byte ``offset`` on (lines that are not JSON are skipped)."""
         with self.log_path.open("rb") as log:
             log.seek(offset)
-            raw = log.read().decode(errors="replace")
-        events = []
-        for line in raw.splitlines():
-            try:
-                event = json.loads(line)
-            except ValueError:
-                continue
-            if isinstance(event, dict):
-                events.append(event)
-        return events
+            return parse_log_events(log.read().decode(errors="replace"))
 
     def health_port(self, timeout: float) -> int:
         """The port of ``/healthz`` once the log names it; exit with the log if the process

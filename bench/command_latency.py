@@ -87,7 +87,7 @@ def measure(url: str, workdir: Path, commands: int) -> tuple[list[float], list[f
                 with transaction(sessions) as session:
                     command = submit_command(
                         session, rollout, kind, actor="bench", reason=None, now=datetime.now(UTC)
-                    )
+                    ).id
                 committed = time.monotonic()
                 wait_for(lambda e=expected: state() == e, 2 * TICK_SECONDS, kind, 0.002)
                 observed.append(time.monotonic() - committed)

@@ -22,7 +22,6 @@ from __future__ import annotations
 import argparse
 import contextlib
 import cProfile
-import json
 import os
 import pstats
 import statistics
@@ -36,7 +35,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # for bench._common and tests
 
-from bench._common import add_server_option, scratch_database
+from bench._common import add_server_option, print_results, scratch_database
 from rolloutd.store.db import make_engine, session_factory, transaction, upgrade
 from rolloutd.web.data import rollout_page
 from rolloutd.web.pages import rollout_html
@@ -172,10 +171,7 @@ def main() -> None:
     if args.server:
         with scratch_database(args.server) as url:
             results.append(measure("postgres", url, args.evaluations, args.runs, args.profile))
-    if args.output == "json":
-        print(json.dumps(results, indent=2))
-    else:
-        report(results)
+    print_results(results, args.output, report)
 
 
 if __name__ == "__main__":

@@ -44,7 +44,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # for bench._common
 
-from bench._common import DaemonProcess, add_server_option, scratch_database
+from bench._common import DaemonProcess, add_server_option, print_results, scratch_database
 from rolloutd.operations import start_rollout
 from rolloutd.planfile import load_plan
 from rolloutd.store.db import make_engine, normalise_url, session_factory, transaction
@@ -320,10 +320,7 @@ def main() -> None:
     if any(n < 1 for n in counts) or args.minutes <= 0 or args.warmup < 0:
         parser.error("--rollouts must be positive, --minutes above 0, --warmup 0 or more")
     results = [measure(args.server, n, args.minutes, args.warmup) for n in counts]
-    if args.output == "json":
-        print(json.dumps(results, indent=2))
-    else:
-        report(results)
+    print_results(results, args.output, report)
 
 
 if __name__ == "__main__":

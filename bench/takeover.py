@@ -63,6 +63,7 @@ from bench._common import (
     DaemonProcess,
     add_server_option,
     nearest_rank,
+    print_results,
     scratch_database,
     wait_for,
     write_file_plan,
@@ -100,7 +101,7 @@ class Daemon(DaemonProcess):
             .render_as_string(hide_password=False)
         )
         log_path = workdir / f"rolloutd-{name}-{generation}.log"
-        super().__init__(name, url, log_path, lease_ttl_seconds=str(ttl))
+        super().__init__(name, url, log_path, ttl=ttl)
         self.actor = f"rolloutd@{name}"
         self.port: int | None = None
 
@@ -573,10 +574,7 @@ def main() -> None:
         raise SystemExit("interrupted: every daemon killed, the scratch database dropped") from None
     result["wall_seconds"] = time.monotonic() - started
     result["cpu_cores"] = os.cpu_count()
-    if args.output == "json":
-        print(json.dumps(result, indent=2, default=str))
-    else:
-        report(result)
+    print_results(result, args.output, report)
 
 
 if __name__ == "__main__":

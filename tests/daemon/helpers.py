@@ -27,7 +27,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import IO, Any, TypeVar
 
 import yaml
 from sqlalchemy import make_url, text
@@ -102,18 +102,50 @@ def assert_within(predicate: Callable[[], object], timeout: float, what: str) ->
 
 
 def daemon_env(
-    url: str, instance: str, *, ttl: float = LEASE_TTL_SECONDS, env_file: str = "/nonexistent"
+    url: str,
+    instance: str,
+    *,
+    ttl: float | None = LEASE_TTL_SECONDS,
+    env_file: str = "/nonexistent",
 ) -> dict[str, str]:
-    """The environment of a test daemon: ours minus any ROLLOUTD_* setting, plus the given ones."""
+    """The environment of a test daemon: ours minus any ROLLOUTD_* setting, plus the given ones
+    (a ``ttl`` of None keeps the daemon's own lease TTL; the benchmarks use that)."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("ROLLOUTD_")}
     env.pop("NOTIFY_SOCKET", None)
     env.update(
         ROLLOUTD_DATABASE_URL=url,
         ROLLOUTD_ENV_FILE=env_file,
-        ROLLOUTD_LEASE_TTL_SECONDS=str(ttl),
         ROLLOUTD_INSTANCE_NAME=instance,
     )
+    if ttl is not None:
+        env["ROLLOUTD_LEASE_TTL_SECONDS"] = str(ttl)
     return env
+
+
+def spawn_rolloutd(env: dict[str, str], log: IO[bytes]) -> subprocess.Popen[bytes]:
+    """Start ``rolloutd run`` with ``env``, /healthz on a port it picks (and logs), its
+    output to ``log``."""
+    return subprocess.Popen(
+        ["rolloutd", "run", "--health-port", "0"],
+        stdin=subprocess.DEVNULL,
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        env=env,
+    )
+
+
+def parse_log_events(log: str) -> list[dict[str, Any]]:
+    """The events of ``log``, a daemon's JSON-lines output (lines that are not JSON objects,
+    such as a traceback's, are skipped)."""
+    events = []
+    for line in log.splitlines():
+        try:
+            event = json.loads(line)
+        except ValueError:
+            continue
+        if isinstance(event, dict):
+            events.append(event)
+    return events
 
 
 class Daemon:
@@ -125,13 +157,7 @@ class Daemon:
         self.log_path = log_path
         self.actor = f"rolloutd@{name}"
         self._log = log_path.open("wb")
-        self.proc = subprocess.Popen(
-            ["rolloutd", "run", "--health-port", "0"],
-            stdin=subprocess.DEVNULL,
-            stdout=self._log,
-            stderr=subprocess.STDOUT,
-            env=env,
-        )
+        self.proc = spawn_rolloutd(env, self._log)
         self.pid = self.proc.pid
         self.port: int | None = None
         self.stopped = False
@@ -140,15 +166,7 @@ class Daemon:
 
     def log_lines(self) -> list[dict[str, Any]]:
         """The log events written so far (lines that are not JSON objects are skipped)."""
-        lines = []
-        for raw in self.log_path.read_text(errors="replace").splitlines():
-            try:
-                line = json.loads(raw)
-            except ValueError:
-                continue
-            if isinstance(line, dict):
-                lines.append(line)
-        return lines
+        return parse_log_events(self.log_path.read_text(errors="replace"))
 
     def logged(self, event: str, **fields: Any) -> list[dict[str, Any]]:
         """The log events named ``event`` whose fields include ``fields``."""
