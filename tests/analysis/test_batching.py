@@ -11,6 +11,7 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Iterator
+from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -112,6 +113,25 @@ def fleet(
         fleet.stop()
 
 
+@dataclass(frozen=True)
+class Flowing:
+    """The fleet's templates and Prometheus once both pools have had a window of traffic,
+    and a moment to read them at."""
+
+    templates: str
+    service: PrometheusService
+    now: datetime
+
+    def source(self, *, batch: bool) -> Counted:
+        return _source(self.service, self.templates, batch=batch)
+
+
+@pytest.fixture
+def flowing(fleet: tuple[str, PrometheusService]) -> Flowing:
+    templates, service = fleet
+    return Flowing(templates, service, _until_traffic(service, templates))
+
+
 def _source(service: PrometheusService, templates: str, *, batch: bool) -> Counted:
     return Counted(
         service.url,
@@ -160,14 +180,12 @@ def _until_traffic(service: PrometheusService, templates: str) -> datetime:
 
 @pytest.mark.slow
 def test_every_signal_reads_the_same_jointly_and_per_pool_from_half_the_queries(
-    fleet: tuple[str, PrometheusService],
+    flowing: Flowing,
 ) -> None:
-    templates, service = fleet
-    now = _until_traffic(service, templates)
-    alone = _source(service, templates, batch=False)
-    jointly = _source(service, templates, batch=True)
+    now = flowing.now
+    alone, jointly = flowing.source(batch=False), flowing.source(batch=True)
     halved = 0
-    for signal, spec in load_templates(templates).signals.items():
+    for signal, spec in load_templates(flowing.templates).signals.items():
         before = len(alone.asked), len(jointly.asked)
         per_pool = _both(alone, signal, now)
         assert _both(jointly, signal, now) == per_pool, signal
@@ -180,12 +198,8 @@ def test_every_signal_reads_the_same_jointly_and_per_pool_from_half_the_queries(
 
 
 @pytest.mark.slow
-def test_the_other_pools_answer_is_kept_for_one_moment_only(
-    fleet: tuple[str, PrometheusService],
-) -> None:
-    templates, service = fleet
-    now = _until_traffic(service, templates)
-    source = _source(service, templates, batch=True)
+def test_the_other_pools_answer_is_kept_for_one_moment_only(flowing: Flowing) -> None:
+    now, source = flowing.now, flowing.source(batch=True)
     source.measure("error_rate", "canary", WINDOW, now)
     asked = len(source.asked)
     source.measure("error_rate", "stable", WINDOW, now)
