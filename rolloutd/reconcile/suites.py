@@ -166,6 +166,11 @@ class Suites:
         assert isinstance(spec, SuiteGate)
         step = progress.step_index
         with self.shell.read() as session:
+            # The open job first: a run stores its results before its job is done, so a job
+            # seen ended here has its runs (or its failure) seen below. Read the other way
+            # round, a run finishing in between (each statement sees the newest commits) left
+            # neither an open job nor a run, and the suite ran again in the same step.
+            row = suite_jobs.open_job(session, rollout_id=rollout_id, gate=gate)
             ran_at = records.last_run_at(session, rollout_id=rollout_id, gate=gate, step_index=step)
             failed_at = suite_jobs.last_ended_at(
                 session, rollout_id=rollout_id, gate=gate, step_index=step, state="failed"
@@ -173,7 +178,6 @@ class Suites:
             evaluation = judge_stored(
                 session, spec=spec, name=gate, role=role, rollout_id=rollout_id, now=now
             )
-            row = suite_jobs.open_job(session, rollout_id=rollout_id, gate=gate)
             job = (
                 None
                 if row is None

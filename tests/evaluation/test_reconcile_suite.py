@@ -223,6 +223,53 @@ def test_a_run_whose_claim_was_taken_stores_nothing(rollout_of: Any, tmp_path: P
     assert job_row(rollout) == ("open", 2, "elsewhere")
 
 
+def test_a_run_that_finishes_while_a_tick_reads_is_not_run_again(
+    rollout_of: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Another instance's run ends between the tick's reads of the gate's runs and of its
+    open job. Each statement sees the newest commits, so a tick that read the runs first saw
+    neither a run nor an open job and wrote a second job for the same step; it reads the open
+    job first, and a job that ends after that read is still the step's one job."""
+    from rolloutd.evaluation import records
+
+    rollout = rollout_of("exact", first_cases(tmp_path / "short.jsonl", 30))
+    rollout.tick()  # starts, enters the shadow step
+    with rollout.store.sessions.begin() as session:
+        job = suite_jobs.add_job(
+            session,
+            rollout_id=rollout.rollout_id,
+            gate="tool_args",
+            step_index=0,
+            due_at=rollout.clock(),
+        )
+        claim = suite_jobs.claim(
+            session,
+            job.id,
+            attempts=0,
+            holder="elsewhere",
+            until=rollout.clock() + timedelta(seconds=30),
+            now=rollout.clock(),
+        )
+    assert claim is not None
+    last_run_at = records.last_run_at
+    finished: list[bool] = []
+
+    def read_then_finish(*args: Any, **kwargs: Any) -> Any:
+        found = last_run_at(*args, **kwargs)
+        if not finished:  # the other instance's run ends right after this read
+            with rollout.store.sessions.begin() as other:
+                suite_jobs.finish(other, claim, state="done", now=rollout.clock())
+            finished.append(True)
+        return found
+
+    monkeypatch.setattr(records, "last_run_at", read_then_finish)
+    rollout.tick(seconds=1)
+    assert finished
+    with rollout.store.sessions.begin() as session:
+        jobs = session.scalars(select(SuiteJob.state)).all()
+    assert jobs == ["done"]
+
+
 def job_row(rollout: Rollout) -> tuple[str, int, str | None]:
     """The rollout's one suite job: state, claims, holder."""
     with rollout.store.sessions.begin() as session:
