@@ -3,7 +3,10 @@
 consul-template, confd or a config-management run watch the file and render the load
 balancer's configuration from it. The file is replaced atomically (write, fsync, rename)
 so a watcher never reads half a document; every change is also appended to a journal
-beside it (one JSON line per change), which is the audit trail of what was applied.
+beside it (one JSON line per change), which is the audit trail of what was applied. The line
+is appended after the rename (a line for a change that never landed would be worse than a
+late one), so a process killed between the two leaves the journal a line short: the next
+write first journals the file's document when the journal's last line is not it.
 """
 
 from __future__ import annotations
@@ -41,6 +44,7 @@ class FileRouter:
         data = json.dumps(document, indent=2) + "\n"
         try:
             self.path.parent.mkdir(parents=True, exist_ok=True)
+            self._journal_what_landed()
             fd, tmp = tempfile.mkstemp(prefix=f".{self.path.name}.", dir=self.path.parent)
             try:
                 with os.fdopen(fd, "w") as handle:
@@ -52,14 +56,29 @@ class FileRouter:
             except BaseException:
                 Path(tmp).unlink(missing_ok=True)
                 raise
-            with self.journal.open("a") as journal:
-                journal.write(json.dumps(document) + "\n")
+            self._journal(document)
         except PermissionError as exc:
             raise PermanentError(
                 f"cannot write router file {self.path}: permission denied"
             ) from exc
         except OSError as exc:
             raise TemporaryError(f"cannot write router file {self.path}: {exc.strerror}") from exc
+
+    def _journal(self, document: object) -> None:
+        with self.journal.open("a") as journal:
+            journal.write(json.dumps(document) + "\n")
+
+    def _journal_what_landed(self) -> None:
+        """Journal the file's document if the journal does not end with it: the line of a
+        change whose writer was killed after its rename."""
+        try:
+            landed = json.loads(self.path.read_text())
+        except FileNotFoundError:
+            return
+        except ValueError:
+            return  # not written by this driver; the write replaces it
+        if landed != _last_line(self.journal):
+            self._journal(landed)
 
     def read_weight(self) -> RouterState:
         try:
@@ -81,3 +100,21 @@ class FileRouter:
             raise PermanentError(f"router file directory {self.path.parent} does not exist")
         if not os.access(self.path.parent, os.W_OK):
             raise PermanentError(f"router file directory {self.path.parent} is not writable")
+
+
+JOURNAL_TAIL = 64 * 1024
+"""How much of the journal's end is read for its last line (a line is a few hundred bytes)."""
+
+
+def _last_line(journal: Path) -> object:
+    """The document on the journal's last line, or None (no journal, or not a JSON line)."""
+    try:
+        with journal.open("rb") as handle:
+            handle.seek(max(0, handle.seek(0, os.SEEK_END) - JOURNAL_TAIL))
+            lines = handle.read().splitlines()
+    except FileNotFoundError:
+        return None
+    try:
+        return json.loads(lines[-1]) if lines else None
+    except ValueError:
+        return None
