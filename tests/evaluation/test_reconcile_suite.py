@@ -170,23 +170,7 @@ def test_a_job_another_instance_holds_runs_here_only_once_its_claim_lapses(
     once, and the runs name the job."""
     rollout = rollout_of("exact", first_cases(tmp_path / "short.jsonl", 30))
     rollout.tick()  # starts, enters the shadow step
-    with rollout.store.sessions.begin() as session:
-        job = suite_jobs.add_job(
-            session,
-            rollout_id=rollout.rollout_id,
-            gate="tool_args",
-            step_index=0,
-            due_at=rollout.clock(),
-        )
-        other = suite_jobs.claim(
-            session,
-            job.id,
-            attempts=0,
-            holder="elsewhere",
-            until=rollout.clock() + timedelta(seconds=30),
-            now=rollout.clock(),
-        )
-    assert other is not None
+    job = claimed_elsewhere(rollout)
     rollout.tick(seconds=1)
     verdict, reason, _ = rollout.evaluations("tool_args")[-1]
     assert verdict == "pending" and "has not finished" in reason
@@ -201,7 +185,7 @@ def test_a_job_another_instance_holds_runs_here_only_once_its_claim_lapses(
     rollout.tick(seconds=1)
     assert rollout.evaluations("tool_args")[-1][0] == "pass"
     with rollout.store.sessions.begin() as session:
-        assert set(session.scalars(select(SuiteRun.job_id))) == {job.id}
+        assert set(session.scalars(select(SuiteRun.job_id))) == {job.job_id}
         assert session.scalar(select(func.count()).select_from(SuiteJob)) == 1
 
 
@@ -234,23 +218,7 @@ def test_a_run_that_finishes_while_a_tick_reads_is_not_run_again(
 
     rollout = rollout_of("exact", first_cases(tmp_path / "short.jsonl", 30))
     rollout.tick()  # starts, enters the shadow step
-    with rollout.store.sessions.begin() as session:
-        job = suite_jobs.add_job(
-            session,
-            rollout_id=rollout.rollout_id,
-            gate="tool_args",
-            step_index=0,
-            due_at=rollout.clock(),
-        )
-        claim = suite_jobs.claim(
-            session,
-            job.id,
-            attempts=0,
-            holder="elsewhere",
-            until=rollout.clock() + timedelta(seconds=30),
-            now=rollout.clock(),
-        )
-    assert claim is not None
+    claim = claimed_elsewhere(rollout)
     last_run_at = records.last_run_at
     finished: list[bool] = []
 
@@ -268,6 +236,28 @@ def test_a_run_that_finishes_while_a_tick_reads_is_not_run_again(
     with rollout.store.sessions.begin() as session:
         jobs = session.scalars(select(SuiteJob.state)).all()
     assert jobs == ["done"]
+
+
+def claimed_elsewhere(rollout: Rollout) -> suite_jobs.Claim:
+    """The suite gate's job for the first step, claimed for 30 s by another instance."""
+    with rollout.store.sessions.begin() as session:
+        job = suite_jobs.add_job(
+            session,
+            rollout_id=rollout.rollout_id,
+            gate="tool_args",
+            step_index=0,
+            due_at=rollout.clock(),
+        )
+        claim = suite_jobs.claim(
+            session,
+            job.id,
+            attempts=0,
+            holder="elsewhere",
+            until=rollout.clock() + timedelta(seconds=30),
+            now=rollout.clock(),
+        )
+    assert claim is not None
+    return claim
 
 
 def job_row(rollout: Rollout) -> tuple[str, int, str | None]:
