@@ -100,7 +100,8 @@ class Judging:
     """The pool that serves no live requests at this step (``Plan.idle_pool``): a gate that
     needs its traffic does not apply, rather than waiting for data that cannot come."""
     final: FinalWindow | None = None
-    """Set at the last step that carries this (step) gate: where its final look looks."""
+    """Set at the last step that carries this gate (judged as a step gate, or as a trigger
+    that also decides steps): where its final look looks."""
     earlier: tuple[tuple[datetime, datetime], ...] = ()
     """(verified, completed) of the earlier steps this gate judged with traffic on both
     pools: a canary-vs-stable test carries their evidence into this step."""

@@ -83,8 +83,10 @@ def judge_compare(spec: GateSpec, judging: Judging) -> Evaluation:
             reason=f"no {empty} exposure in the last {window.total_seconds():.0f}s of this "
             "step yet: nothing to compare",
         )
-    # Only a step gate makes a final look; a trigger's every-tick test keeps all of alpha.
-    looks = spec.final_look and judging.role == "step"
+    # A gate that decides a step makes a final look at the last step carrying it, whether
+    # the tick judges it as a step gate or, when it is a rollback trigger too, as a trigger.
+    # A trigger that decides no step has no horizon: its every-tick test keeps all of alpha.
+    looks = spec.final_look and judging.plan.decides_a_step(judging.name)
     earlier = _earlier_steps(spec, judging)
     final = judging.final if looks else None
     final_steps = None

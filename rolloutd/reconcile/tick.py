@@ -348,9 +348,8 @@ class Reconciler:
                     progress.step_verified_at,
                     weight=weight,
                     idle=plan.idle_pool(progress.step_index),
-                    final=final_window(plan, gate, progress, verified, now)
-                    if role == "step"
-                    else None,
+                    # None but at the last step carrying the gate, in either role.
+                    final=final_window(plan, gate, progress, verified, now),
                     earlier=earlier_windows(plan, gate, role, progress, verified, completed),
                 ),
             )

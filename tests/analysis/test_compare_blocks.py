@@ -45,8 +45,12 @@ class RateSource:
 
 
 def _plan(**gate: Any) -> Plan:
+    """The example plan with ``not_worse`` judging its canary steps."""
     data = example_dict()
     data["gates"]["not_worse"] = {"kind": "compare", **gate}
+    for step in data["steps"]:
+        if step["kind"] == "canary":
+            step["gates"].append("not_worse")
     return plan_of(data)
 
 

@@ -16,7 +16,7 @@ from rolloutd.core.actions import Verdict
 from rolloutd.core.plan import Plan
 from rolloutd.errors import BadInput
 from rolloutd.planfile import parse_plan
-from tests.plans import memory_plan
+from tests.plans import memory_plan, plan_of
 
 NOW = datetime(2026, 3, 2, 12, 0, tzinfo=UTC)
 
@@ -296,14 +296,33 @@ def test_without_the_final_look_the_every_tick_test_gets_all_of_alpha() -> None:
     assert "final_look" not in result.evidence
 
 
-def test_a_trigger_makes_no_final_look_and_keeps_all_of_alpha() -> None:
-    """Triggers are judged at every step and have no horizon: the mixture gets all of alpha."""
+def test_a_trigger_that_decides_no_step_makes_no_final_look_and_keeps_all_of_alpha() -> None:
+    """A trigger judged at every step, in no step's gates, has no horizon: the mixture gets
+    all of alpha."""
     metrics = MemoryMetrics()
     metrics.set("escalations", "canary", 5, samples=500)
     metrics.set("escalations", "stable", 95, samples=9500)
-    result = _judge_at(_plan(ESCALATIONS), "esc", metrics, 25)
+    plan = plan_of(memory_plan(gate="", triggers=("esc",), gates=dict(ESCALATIONS)))
+    result = _judge_at(plan, "esc", metrics, 25)
     assert result.verdict is Verdict.PASS
     assert result.evidence["sequential_alpha"] == pytest.approx(0.05)
+
+
+def test_a_trigger_that_also_decides_steps_makes_the_final_look() -> None:
+    """Judged as a trigger, a gate some step must pass shares alpha with the final look as a
+    step gate does, and makes that look at the last step carrying it."""
+    metrics = MemoryMetrics()
+    metrics.set("escalations", "canary", 180, samples=3000)
+    metrics.set("escalations", "stable", 850, samples=17000)
+    plan = _plan(ESCALATIONS)
+    window = FinalWindow(NOW - timedelta(hours=2), NOW - timedelta(minutes=5))
+    judging = Judging(
+        "esc", "trigger", metrics, NOW, plan, NOW - timedelta(hours=1), 25, final=window
+    )
+    result = evaluate_gate(plan.gates["esc"], judging)
+    assert result.verdict is Verdict.FAIL, result.reason
+    assert result.evidence["sequential_alpha"] == pytest.approx(0.05 * 0.2)
+    assert result.evidence["final_look"]["alpha"] == pytest.approx(0.04)
 
 
 def test_the_evidence_of_earlier_steps_carries_into_this_one() -> None:

@@ -473,3 +473,35 @@ def test_a_step_still_short_after_its_extension_rolls_back_when_its_gate_says_so
     assert max(s.weight for s in h.router.history) == 5
     rollback = _progress(h).rollback
     assert rollback is not None and "500 samples of the 1000 the step needs" in rollback.cause
+
+
+def test_a_gate_both_trigger_and_step_gate_gets_its_final_look(store: StoreHandle) -> None:
+    """A compare gate that is a rollback trigger and also judges the canary steps is judged
+    once a tick, as a trigger: it still makes the final look at the end of its last step.
+    Escalations 6% vs 5% over 3,000 canary sessions are too small a rise for the every-tick
+    test, and the final look (z ~ 2.3) rolls back instead of letting the step pass."""
+    gates = {
+        "esc": {"kind": "compare", "signal": "escalations", "alpha": 0.05},
+        "oom": {"kind": "events", "signal": "oom_events"},
+    }
+    plan = memory_plan(gate="", triggers=("esc", "oom"), gates=gates)
+    for step in plan["steps"][:2]:
+        step["gates"] = ["esc"]
+    h = Harness(store, plan=plan)
+    h.metrics.set("escalations", "canary", 180, samples=3000)
+    h.metrics.set("escalations", "stable", 850, samples=17000)
+    h.tick()
+    h.tick(seconds=5)
+    assert h.tick(hours=1) == "running"  # mid-bake: the every-tick test cannot reject
+    h.tick(hours=47, seconds=1)
+    assert h.tick(seconds=5) == "running"  # the 25% step, verified
+    assert h.tick(hours=1) == "running"  # its bake is not over: no final look yet
+    # The bake ends: the final look over both steps rejects, and the trigger rolls back
+    # rather than the step completing into the wait for a promotion.
+    assert h.tick(hours=47, seconds=1) == "rolling_back", h.events()
+    assert "awaiting_promotion" not in h.events()
+    with store.sessions() as session:
+        (started,) = [
+            e for e in queries.list_events(session, h.rollout_id) if e.kind == "rollback_started"
+        ]
+    assert "gate esc breached: final look over" in started.detail

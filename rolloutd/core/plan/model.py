@@ -97,3 +97,7 @@ class Plan(_Spec):
     def gates_of(self, index: int) -> tuple[str, ...]:
         """The gate names that must pass for step ``index`` to complete."""
         return tuple(self.steps[index].gates)
+
+    def decides_a_step(self, gate: str) -> bool:
+        """Whether some step must pass ``gate`` to complete (a trigger may do both)."""
+        return any(gate in step.gates for step in self.steps)
