@@ -11,7 +11,7 @@ import os
 import re
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
 
@@ -19,14 +19,24 @@ if TYPE_CHECKING:
     from sqlalchemy import Connection, Engine
     from sqlalchemy.orm import Session
 
-OUTPUT = click.option(
-    "--output",
-    "-o",
-    type=click.Choice(["table", "json"]),
-    default="table",
-    show_default=True,
-    help="Human-readable table, or JSON for scripts.",
-)
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def output_option(
+    human: str = "table", help: str = "Human-readable table, or JSON for scripts."
+) -> Callable[[F], F]:
+    """``--output/-o``: ``human`` (the default) or ``json``."""
+    return click.option(
+        "--output",
+        "-o",
+        type=click.Choice([human, "json"]),
+        default=human,
+        show_default=True,
+        help=help,
+    )
+
+
+OUTPUT = output_option()
 
 MAX_ID = 2**31 - 1
 """The largest id a row can have: ids are INTEGER columns, 32 bits on Postgres."""

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import click
 
-from rolloutd.cli.common import ROW_ID, database
+from rolloutd.cli.common import ROW_ID, database, output_option
 from rolloutd.errors import BadInput
 
 
@@ -22,13 +22,8 @@ from rolloutd.errors import BadInput
     type=click.Path(dir_okay=False, writable=True, path_type=Path),
     help="Write the page as one HTML file (styles and charts inline, no script) to FILE.",
 )
-@click.option(
-    "--output",
-    "-o",
-    type=click.Choice(["summary", "json"]),
-    default="summary",
-    show_default=True,
-    help="What to print: where the report went, or the report's data as JSON.",
+@output_option(
+    "summary", help="What to print: where the report went, or the report's data as JSON."
 )
 def report_command(rollout_id: int, html_path: Path | None, output: str) -> None:
     """Write a rollout's page (timeline, router weight, a chart per gate, suite runs,

@@ -43,17 +43,22 @@ class _Step(_Spec):
         raise NotImplementedError
 
 
-class ShadowStep(_Step):
+class _HeldStep(_Step):
+    """A step that runs for ``duration`` at a weight its kind fixes."""
+
+    duration: Duration = timedelta(0)
+
+    def hold_for(self) -> timedelta:
+        return self.duration
+
+
+class ShadowStep(_HeldStep):
     """Mirrored traffic: the canary sees copies of requests, users see only stable."""
 
     kind: Literal["shadow"]
     weight: Literal[0] = 0
-    duration: Duration = timedelta(0)
     mirror: bool = True
     """False: no traffic is mirrored (HAProxy cannot); the gates exercise the canary directly."""
-
-    def hold_for(self) -> timedelta:
-        return self.duration
 
     def default_title(self) -> str:
         return "shadow"
@@ -89,29 +94,22 @@ class PauseStep(_Step):
         return "awaiting promotion" if self.awaits_promotion() else "pause"
 
 
-class FullStep(_Step):
+class FullStep(_HeldStep):
     """All new sessions on the canary build."""
 
     kind: Literal["full"]
     weight: Literal[100] = 100
-    duration: Duration = timedelta(0)
-
-    def hold_for(self) -> timedelta:
-        return self.duration
 
     def default_title(self) -> str:
         return "full 100%"
 
 
-class SteadyStep(_Step):
+class SteadyStep(_HeldStep):
     """The post-promotion watch: capacity and health at 100% for ``duration``."""
 
     kind: Literal["steady"]
     weight: Literal[100] = 100
     duration: Duration = timedelta(hours=24)
-
-    def hold_for(self) -> timedelta:
-        return self.duration
 
     def default_title(self) -> str:
         return "steady"
