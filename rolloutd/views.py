@@ -26,11 +26,14 @@ if TYPE_CHECKING:
 
 _derived: dict[str, PlanOutline] = {}
 _derived_lock = threading.Lock()
+DERIVED_KEPT = 256
+"""Outlines derived for rollouts stored without one, kept at most (the oldest go first)."""
 
 
 def outline_of(rollout: Rollout | reads.RolloutRow) -> PlanOutline:
     """What the views show of ``rollout``'s plan: the outline stored with it, or for a rollout
-    stored before outlines were, one derived from its stored plan (kept per content hash)."""
+    stored before outlines were, one derived from its stored plan (kept per content hash, for
+    the newest :data:`DERIVED_KEPT` hashes)."""
     stored = PlanOutline.from_json(rollout.plan_outline)
     if stored is not None:
         return stored
@@ -42,6 +45,8 @@ def outline_of(rollout: Rollout | reads.RolloutRow) -> PlanOutline:
         derived = shown_plan(rollout).outline()
         with _derived_lock:
             _derived[rollout.plan_hash] = derived
+            while len(_derived) > DERIVED_KEPT:
+                del _derived[next(iter(_derived))]
     return derived
 
 

@@ -22,7 +22,7 @@ from rolloutd.operations import submit_command
 from rolloutd.store.models import GateEvaluation
 from rolloutd.store.outbox import list_messages
 from rolloutd.web.pages import index_page, rollout_html, rollout_json
-from tests.plans import NO_EXECUTOR, memory_plan
+from tests.plans import NO_EXECUTOR, memory_plan, plan_of
 from tests.twins import Leader
 
 if TYPE_CHECKING:
@@ -228,3 +228,29 @@ def test_a_rollout_stored_without_an_outline_reads_as_one_with(
     without = (bare_ctl.json("status", rollout_id), bare_ctl.json("list"), rollout.web()[2])
     assert without == with_outline
     assert plan_rebuilds == [rollout.rollout_id]  # once per content hash, not once per view
+
+
+def test_outlines_derived_for_old_rollouts_are_kept_for_the_newest_hashes_only(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A process that shows many rollouts stored without an outline keeps a bounded number of
+    derived outlines: the oldest content hash goes first, and is derived again if shown."""
+    from types import SimpleNamespace
+
+    from rolloutd import operations, views
+
+    plan = plan_of(memory_plan())
+    rebuilt: list[int] = []
+
+    def shown_plan(rollout: Any) -> Any:
+        rebuilt.append(rollout.id)
+        return plan
+
+    monkeypatch.setattr(operations, "shown_plan", shown_plan)
+    monkeypatch.setattr(views, "_derived", {})
+    monkeypatch.setattr(views, "DERIVED_KEPT", 2)
+    rollouts = [SimpleNamespace(id=i, plan_outline=None, plan_hash=f"h{i}") for i in range(3)]
+    for rollout in (*rollouts, rollouts[2], rollouts[0]):
+        assert views.outline_of(rollout) == plan.outline()  # type: ignore[arg-type]
+    assert rebuilt == [0, 1, 2, 0]
+    assert list(views._derived) == ["h2", "h0"]
