@@ -1,7 +1,10 @@
 """Metrics sources without a server: an in-memory twin and a JSON file read on every query.
 
 The file source lets a test (or a staging drill) drive the daemon in another process by
-rewriting one file: ``{"signal": {"canary": {"value": 0.01, "samples": 900}, ...}}``.
+rewriting one file: ``{"signal": {"canary": {"value": 0.01, "samples": 900}, ...}}``. The
+file holds one window, the latest: a question about a window that ended well before the
+file was written (a compare gate's earlier steps) is refused rather than answered with the
+present, which would count the same events twice.
 Both answer the load signals (``load_requests_per_replica``, ``load_inflight_per_replica``)
 like any other: set them, or the load is unknown and a latency gate cannot pass.
 """
@@ -10,7 +13,7 @@ from __future__ import annotations
 
 import json
 import threading
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -59,8 +62,12 @@ class MemoryMetrics:
         return found
 
 
+PAST_TOLERANCE = timedelta(seconds=60)
+"""How long before the file was written a window may end and still be answered by it."""
+
+
 class FileMetrics:
-    """Signal values read from a JSON file on every query."""
+    """Signal values read from a JSON file on every query: the window it was written for."""
 
     def __init__(self, path: str | Path) -> None:
         self.path = Path(path)
@@ -68,6 +75,14 @@ class FileMetrics:
     def measure(self, signal: str, pool: Pool, window: timedelta, now: datetime) -> Measurement:
         query = f"file:{self.path}#{signal}.{pool}"
         try:
+            written = datetime.fromtimestamp(self.path.stat().st_mtime, UTC)
+            if now < written - PAST_TOLERANCE:
+                raise MeasurementError(
+                    f"metrics file {self.path} holds only its latest window (written "
+                    f"{written:%Y-%m-%d %H:%M:%S} UTC): it cannot answer one that ended "
+                    f"{now.astimezone(UTC):%Y-%m-%d %H:%M:%S} UTC",
+                    query=query,
+                )
             document: Any = json.loads(self.path.read_text())
         except FileNotFoundError:
             raise MeasurementError(

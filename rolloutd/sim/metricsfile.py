@@ -6,10 +6,11 @@ file of the ``file`` source (``{"signal": {"canary": {"value", "samples"}, ...}}
 the last ``window`` of wall time, atomically (a reader sees the old file or the new one).
 
 The ``file`` source has no windows of its own: every gate reads the same window, whatever
-its plan says. It carries a value and a sample count only, so gates that need more than that
-(a latency gate's histogram buckets, a compare gate's counts on both pools) stay
-inconclusive on it, and a signal without data in the window is left out: the gate reads
-*no data*, never a zero.
+its plan says, and a window that ended more than a minute before the file was written (a
+compare gate's earlier steps) is refused. It carries a value and a sample count only, so
+gates that need more than that (a latency gate's histogram buckets, a compare gate's counts
+on both pools) stay inconclusive on it, and a signal without data in the window is left
+out: the gate reads *no data*, never a zero.
 """
 
 from __future__ import annotations
