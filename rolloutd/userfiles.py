@@ -19,6 +19,27 @@ from rolloutd.errors import BadInput
 MIB = 1024 * 1024
 
 
+def read_limited(path: Path, *, what: str, limit: int) -> bytes:
+    """The bytes of the file at ``path``, refused past ``limit`` before they are read where
+    the size can be seen, and once one byte past it was read where it cannot.
+
+    :raises BadInput: the file is larger than ``limit`` (``what`` names it: "a suite").
+    :raises OSError: it cannot be opened or read.
+    """
+    source = str(path)
+    allowed = f"{what} may be at most {limit} bytes ({limit / MIB:g} MiB)"
+    size = path.stat().st_size
+    if size > limit:
+        raise BadInput.one(source, "", f"is {size} bytes; {allowed}")
+    # A device or a pipe has no size to stat (/dev/zero never ends): read one byte past the
+    # limit to tell.
+    with path.open("rb") as handle:
+        raw = handle.read(limit + 1)
+    if len(raw) > limit:
+        raise BadInput.one(source, "", f"holds more than {limit} bytes; {allowed}")
+    return raw
+
+
 def read_user_file(path: Path, *, expected: str, what: str, limit: int) -> str:
     """The UTF-8 text of the file at ``path``, at most ``limit`` bytes.
 
@@ -29,19 +50,10 @@ def read_user_file(path: Path, *, expected: str, what: str, limit: int) -> str:
         (a device or a pipe counts what it yields), binary (it holds a NUL byte) or not UTF-8.
     """
     source = str(path)
-    allowed = f"{what} may be at most {limit} bytes ({limit / MIB:g} MiB)"
     try:
         if path.is_dir():
             raise BadInput.one(source, "", f"is a directory; expected {expected} file")
-        size = path.stat().st_size
-        if size > limit:
-            raise BadInput.one(source, "", f"is {size} bytes; {allowed}")
-        # A device or a pipe has no size to stat (/dev/zero never ends): read one byte
-        # past the limit to tell.
-        with path.open("rb") as handle:
-            raw = handle.read(limit + 1)
-        if len(raw) > limit:
-            raise BadInput.one(source, "", f"holds more than {limit} bytes; {allowed}")
+        raw = read_limited(path, what=what, limit=limit)
     except FileNotFoundError:
         raise BadInput.one(source, "", "no such file") from None
     except PermissionError:

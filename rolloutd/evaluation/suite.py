@@ -34,10 +34,13 @@ from referencing.exceptions import Unresolvable
 from referencing.jsonschema import DRAFT202012
 
 from rolloutd.errors import BadInput, Problem
+from rolloutd.userfiles import MIB, read_limited
 
 KEYS = frozenset({"id", "messages", "tools", "expected", "tags", "meta"})
 MAX_PROBLEMS = 20
 MAX_DEPTH = 64
+MAX_SUITE_BYTES = 64 * MIB
+"""A suite is read whole; 64 MiB holds some 20,000 cases of the example suite's size."""
 """How deeply a case may nest lists and objects; real tool calls use a handful of levels."""
 _TOOL_URI = "urn:rolloutd:tool"
 
@@ -87,7 +90,7 @@ def load_suite(path: str | Path) -> Suite:
     """
     source = str(path)
     try:
-        data = Path(path).read_bytes()
+        data = read_limited(Path(path), what="a suite", limit=MAX_SUITE_BYTES)
     except OSError as exc:
         raise BadInput.one(source, "", f"cannot read the suite: {exc.strerror or exc}") from None
     return parse_suite(data, source)

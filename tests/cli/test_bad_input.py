@@ -203,6 +203,13 @@ def test_a_model_config_read_from_a_device_stops_at_the_limit(offline: Ctl) -> N
     assert "/dev/zero: holds more than 1048576 bytes" in err
 
 
+def test_a_suite_read_from_a_device_stops_at_the_limit(offline: Ctl) -> None:
+    """``eval /dev/zero`` is refused after 64 MiB instead of reading until memory runs out."""
+    code, _, err = offline("eval", "/dev/zero", "--endpoint", "http://127.0.0.1:9", "--no-store")
+    assert code == 2
+    assert "/dev/zero: holds more than 67108864 bytes; a suite may be at most" in err
+
+
 @pytest.mark.parametrize(
     "nested",
     [

@@ -201,3 +201,27 @@ def test_nan_and_infinity_are_not_json_numbers() -> None:
     line = json.dumps(_case()).replace('"amount": 20}}', '"amount": NaN}}')
     assert "NaN" in line
     assert _problems([line]) == ["s.jsonl:1: not valid JSON: NaN is not a JSON number"]
+
+
+def test_a_suite_larger_than_the_limit_is_refused_before_it_is_read(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The size is checked first: a model file given as the suite by mistake costs a stat."""
+    from rolloutd.evaluation import suite
+
+    path = tmp_path / "big.jsonl"
+    path.write_bytes(EXAMPLE.read_bytes())
+    size = path.stat().st_size
+    monkeypatch.setattr(suite, "MAX_SUITE_BYTES", size - 1)
+    with pytest.raises(BadInput) as refused:
+        load_suite(path)
+    assert f"is {size} bytes; a suite may be at most {size - 1} bytes" in str(refused.value)
+    monkeypatch.setattr(suite, "MAX_SUITE_BYTES", size)
+    assert len(load_suite(path).cases) == 300
+
+
+def test_a_suite_read_from_a_device_stops_at_the_limit() -> None:
+    """/dev/zero has no size to stat and never ends: it is read to one byte past the limit."""
+    with pytest.raises(BadInput) as refused:
+        load_suite("/dev/zero")
+    assert "/dev/zero: holds more than 67108864 bytes" in str(refused.value)
