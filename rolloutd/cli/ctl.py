@@ -271,6 +271,7 @@ def _check_before_start(plan: Any, file: str, *, force: bool) -> list[str]:
     :raises Refused: a first-step gate's signal is absent and ``force`` is off.
     """
     from rolloutd.analysis.preflight import blocking
+    from rolloutd.core.counts import counted
     from rolloutd.errors import Refused
 
     checks = _preflight(plan, file) or []
@@ -281,9 +282,19 @@ def _check_before_start(plan: Any, file: str, *, force: bool) -> list[str]:
             "be judged on this Prometheus: " + "; ".join(absent) + " (see rolloutctl plan "
             "check; --force --reason to start anyway)"
         )
+    # One line a reason: an unreachable Prometheus is one warning, not one a gate and pool.
+    unsure: dict[str, list[Any]] = {}
     for check in checks:
         if check.found == "no data yet":
-            click.echo(f"{file}: warning: {check.gate} on {check.pool}: {check.why}", err=True)
+            unsure.setdefault(check.why, []).append(check)
+    for why, alike in unsure.items():
+        if len(alike) == 1:
+            what = f"{alike[0].gate} on {alike[0].pool}"
+        else:
+            gates = list(dict.fromkeys(c.gate for c in alike))
+            of_gates = f"{counted(len(gates), 'gate')} ({', '.join(gates)})"
+            what = f"{len(alike)} signal checks of {of_gates}"
+        click.echo(f"{file}: warning: {what}: {why}", err=True)
     return absent
 
 

@@ -110,6 +110,25 @@ def test_start_prints_the_id_and_status_reports_the_contract_keys(ctl: Ctl) -> N
     assert {g["name"] for g in status["gates"]} >= {"canary_oom", "tool_args_no_regression"}
 
 
+def test_start_warns_once_for_a_prometheus_it_cannot_reach(ctl: Ctl, tmp_path: Path) -> None:
+    """Every gate's signals are checked before a start; when Prometheus cannot be reached
+    they all fail alike, and the operator reads that once (with what it covers), not once a
+    gate and pool. The start goes ahead: the daemon may reach what this host cannot."""
+    plan = tmp_path / "unreachable.yaml"
+    plan.write_text(
+        EXAMPLE.read_text().replace("http://prometheus.ops.internal:9090", "http://127.0.0.1:9")
+    )
+    code, out, err = ctl("start", str(plan))
+    assert code == 0 and int(out)
+    warnings = [line for line in err.splitlines() if ": warning: " in line]
+    assert len(warnings) == 1, warnings
+    assert warnings[0].startswith(f"{plan}: warning: 18 signal checks of 8 gates (")
+    assert "canary_oom" in warnings[0]
+    assert warnings[0].endswith(
+        "cannot connect to Prometheus at http://127.0.0.1:9: connection refused"
+    )
+
+
 def test_start_is_refused_while_the_service_has_an_active_rollout(ctl: Ctl, tmp_path: Path) -> None:
     """A second rollout of the same service and environment is refused with exit 3."""
     assert ctl("start", str(EXAMPLE))[0] == 0
