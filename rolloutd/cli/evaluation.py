@@ -261,8 +261,16 @@ def _print(data: dict[str, Any]) -> None:
         click.echo(f"fields regressed: {', '.join(regressed) if regressed else 'none'}")
     for failure in data["failures"]:
         click.echo(f"failed: {failure}")
-    if not data["failures"]:
-        click.echo("passed")
+    if data["failures"]:
+        return
+    if comparison is None:
+        # Alone, a run has no rule to fail but request errors: its exactness is reported.
+        click.echo(
+            "passed: the cases were answered (exactness is judged only against a baseline: "
+            "--baseline-endpoint)"
+        )
+    else:
+        click.echo("passed: max_drop and no_regression did not fire")
 
 
 def _pct(value: float | None) -> str:

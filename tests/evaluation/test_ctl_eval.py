@@ -180,6 +180,9 @@ def test_the_request_error_limit_fails_the_check_only_when_exceeded(
         code, out, err = _run(argv, capsys)
     assert code == expected, out + err
     assert ("failed: canary: " in out) == (expected == 3)
+    # No case was exact ("no call"): alone, a pass says what it did and did not judge.
+    passed = "passed: the cases were answered (exactness is judged only against a baseline"
+    assert (passed in out) == (expected == 0)
 
 
 def test_eval_passes_when_the_canary_matches_the_baseline(
