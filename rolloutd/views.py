@@ -21,7 +21,7 @@ if TYPE_CHECKING:
     from sqlalchemy import Connection
     from sqlalchemy.orm import Session
 
-    from rolloutd.store.models import Rollout
+    from rolloutd.store.models import Event, Rollout
 
 
 _derived: dict[str, PlanOutline] = {}
@@ -190,8 +190,9 @@ def list_view(rollout: Rollout | reads.RolloutRow, step_name: str | None = None)
     step the rollout is in, if it did. ``step`` counts from 1, of ``steps``, as in status.
 
     An ended rollout's state and weight follow from its progress alone, and with the name
-    of the step it ended in its row is complete without its plan: only a rollout that has
-    not ended (or never started) rebuilds the plan, to tell its step and weight.
+    of the step it ended in its row is complete without its outline: only a rollout that has
+    not ended (or never started) reads its outline (:func:`outline_of`), to tell its step and
+    weight.
     """
     progress = Progress.from_storage(rollout.progress)
     if progress.ended is not None and step_name is not None:
@@ -217,10 +218,11 @@ def history_view(session: Session, rollout_id: int) -> list[dict[str, Any]]:
     from rolloutd.store import queries
 
     queries.get_rollout(session, rollout_id)
-    return [
-        {"at": _iso(e.at), "kind": e.kind, "actor": e.actor, "detail": e.detail}
-        for e in queries.list_events(session, rollout_id)
-    ]
+    return [_event_view(e) for e in queries.list_events(session, rollout_id)]
+
+
+def _event_view(event: Event) -> dict[str, Any]:
+    return {"at": _iso(event.at), "kind": event.kind, "actor": event.actor, "detail": event.detail}
 
 
 def _iso(value: datetime | None) -> str | None:
@@ -241,8 +243,6 @@ def watch_view(session: Session, rollout: Rollout) -> dict[str, Any]:
         newest_first = queries.recent_values(session, rollout.id, gate["name"], TREND_POINTS)
         gate["trend"] = list(reversed(newest_first))
     events = queries.list_events(session, rollout.id)[-WATCH_EVENTS:]
-    view["events"] = [
-        {"at": _iso(e.at), "kind": e.kind, "actor": e.actor, "detail": e.detail} for e in events
-    ]
+    view["events"] = [_event_view(e) for e in events]
     view["ended"] = State(view["state"]).terminal
     return view
