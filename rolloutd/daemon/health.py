@@ -14,11 +14,12 @@ from __future__ import annotations
 import json
 import threading
 from collections.abc import Callable, Mapping
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from typing import Any
 
 import structlog
 
+from rolloutd.httpserve import QuietServer
 from rolloutd.web.server import Response
 
 log = structlog.get_logger("rolloutd.health")
@@ -37,8 +38,7 @@ class HealthServer:
         web: Web | None = None,
     ):
         handler = _handler(report, metrics, web)
-        self._server = ThreadingHTTPServer((host, port), handler)
-        self._server.daemon_threads = True
+        self._server = QuietServer((host, port), handler)
         self._thread = threading.Thread(
             target=self._server.serve_forever, name="rolloutd-health", daemon=True
         )

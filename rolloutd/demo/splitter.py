@@ -17,24 +17,17 @@ import json
 import threading
 import uuid
 from collections.abc import Callable, Mapping, Sequence
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
+
+from rolloutd.httpserve import QuietServer
 
 BUCKETS = 10_000
 
 # Called with (request body, response status, response body) of each mirrored request.
 ShadowHook = Callable[[bytes, int, bytes], None]
-
-
-class _QuietServer(ThreadingHTTPServer):
-    """A client hanging up mid-answer (traffic stopping) is not worth a traceback."""
-
-    daemon_threads = True
-
-    def handle_error(self, request: Any, client_address: Any) -> None:
-        return
 
 
 def bucket_of(session_id: str) -> int:
@@ -91,7 +84,7 @@ class Splitter:
         self.weights = WeightsFile(weights)
         self.pools = {name: list(urls) for name, urls in pools.items()}
         self.header = header
-        self._server = _QuietServer((host, port), _handler(self))
+        self._server = QuietServer((host, port), _handler(self))
         self._server.daemon_threads = True
         self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
 
@@ -161,7 +154,7 @@ def _handler(splitter: Splitter) -> type[BaseHTTPRequestHandler]:
                 ).start()
             try:
                 status, data = _forward(replica, method, self.path, body, headers)
-            except OSError as exc:
+            except (OSError, http.client.HTTPException) as exc:  # a replica gone mid-answer
                 status, data = 502, json.dumps({"error": f"upstream {pool}: {exc}"}).encode()
             self.send_response(status)
             self.send_header("Content-Type", "application/json")

@@ -14,13 +14,13 @@ from __future__ import annotations
 
 import json
 import re
-import sys
 import threading
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from typing import TYPE_CHECKING, Any
 
 from prometheus_client import CollectorRegistry
 
+from rolloutd.httpserve import QuietServer
 from rolloutd.sim import repository
 from rolloutd.sim.config import ConfigError, apply_engine_args
 from rolloutd.sim.exposition import CONTENT_TYPE, EngineCollector, render
@@ -60,15 +60,8 @@ class EngineServer:
         self._thread.join(timeout=5)
 
 
-class _Server(ThreadingHTTPServer):
-    daemon_threads = True
+class _Server(QuietServer):
     request_queue_size = 512
-
-    def handle_error(self, request: Any, client_address: Any) -> None:
-        # A client that hangs up before its answer (an abandoned suite run, traffic that
-        # stops) is the client's business, not worth a traceback; anything else is.
-        if not isinstance(sys.exc_info()[1], ConnectionError):
-            super().handle_error(request, client_address)
 
 
 class _Handler(BaseHTTPRequestHandler):

@@ -20,10 +20,11 @@ import time
 import uuid
 from collections import Counter
 from collections.abc import Iterable, Sequence
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 from random import Random
 
+from rolloutd.httpserve import QuietServer
 from rolloutd.routers.haproxy import HAProxyRouter
 from rolloutd.routers.nginx import NginxRouter
 from rolloutd.routers.nginx_conf import Names, Split, render
@@ -105,13 +106,6 @@ def binomial_interval(n: int, p: float, confidence: float = 0.999) -> tuple[int,
     return low, high
 
 
-class _QuietServer(ThreadingHTTPServer):
-    daemon_threads = True
-
-    def handle_error(self, request: object, client_address: object) -> None:
-        return None  # a proxy closing a pooled connection is not an error here
-
-
 class Pool:
     """An HTTP server standing for one engine pool: answers its name, counts what it saw."""
 
@@ -138,7 +132,7 @@ class Pool:
             def log_message(self, format: str, *args: object) -> None:
                 return None
 
-        self.server = _QuietServer(("127.0.0.1", 0), Handler)
+        self.server = QuietServer(("127.0.0.1", 0), Handler)
         self.port: int = self.server.server_address[1]
         threading.Thread(target=self.server.serve_forever, daemon=True).start()
 
