@@ -7,7 +7,9 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
+
+from rolloutd.httpserve import QuietServer
 
 Render = Callable[[str, int], str | None]
 
@@ -38,8 +40,7 @@ class TextExporter:
             def log_message(self, format: str, *args: object) -> None:
                 return None
 
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.server.daemon_threads = True
+        self.server = QuietServer(("127.0.0.1", 0), Handler)
         self.host = f"127.0.0.1:{self.server.server_address[1]}"
         self.url = f"http://{self.host}"
         threading.Thread(target=self.server.serve_forever, daemon=True).start()

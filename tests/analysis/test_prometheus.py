@@ -16,7 +16,7 @@ import time
 import urllib.parse
 from collections.abc import Callable, Iterator
 from datetime import UTC, datetime, timedelta
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 from typing import Any
 
@@ -29,6 +29,7 @@ from rolloutd.analysis.templates import load_templates, parse_templates
 from rolloutd.core.plan import Plan
 from rolloutd.drivers import PlanDrivers
 from rolloutd.errors import PermanentError
+from rolloutd.httpserve import QuietServer
 from rolloutd.planfile import parse_plan
 from tests.analysis.exporter import TextExporter
 from tests.e2e.services import PrometheusService
@@ -69,8 +70,7 @@ class FakePrometheus:
             def log_message(self, format: str, *args: object) -> None:
                 return None
 
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.server.daemon_threads = True
+        self.server = QuietServer(("127.0.0.1", 0), Handler)
         self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
         threading.Thread(target=self.server.serve_forever, daemon=True).start()
 

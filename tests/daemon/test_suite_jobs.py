@@ -7,12 +7,13 @@ import json
 import threading
 import time
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from rolloutd.httpserve import QuietServer
 from tests.plans import pools
 
 from .helpers import WAIT, Daemons, Db, Workspace, wait_until
@@ -65,8 +66,7 @@ class Engine:
                 except OSError:
                     pass  # the client gave up on the request
 
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.server.daemon_threads = True
+        self.server = QuietServer(("127.0.0.1", 0), Handler)
         self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
         threading.Thread(target=self.server.serve_forever, daemon=True).start()
 

@@ -15,8 +15,10 @@ import threading
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from typing import Any
+
+from rolloutd.httpserve import QuietServer
 
 # Mode -> (status, body) for the modes that answer at once.
 ANSWERS = {
@@ -54,8 +56,7 @@ class SlackServer:
         self._lock = threading.Lock()
         self._last: dict[str, datetime] = {}
         self._paths: set[str] = set()
-        self._server = ThreadingHTTPServer(("127.0.0.1", 0), self._handler())
-        self._server.daemon_threads = True
+        self._server = QuietServer(("127.0.0.1", 0), self._handler())
         self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
 
     def webhook(self, secret: str) -> str:

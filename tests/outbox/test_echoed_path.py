@@ -8,7 +8,7 @@ import json
 import threading
 import unicodedata
 from collections.abc import Callable
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from typing import TYPE_CHECKING, Any
 from urllib.parse import quote, unquote
 
@@ -17,6 +17,7 @@ import pytest
 from structlog.testing import capture_logs
 
 from rolloutd.alerts.answers import EXCERPT_LIMIT, excerpt
+from rolloutd.httpserve import QuietServer
 from rolloutd.store.outbox import enqueue_message
 from tests.outbox.harness import Harness
 
@@ -97,8 +98,7 @@ class EchoingWebhook:
             def log_message(self, format: str, *args: Any) -> None:
                 return
 
-        self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self._server.daemon_threads = True
+        self._server = QuietServer(("127.0.0.1", 0), Handler)
         self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
         self.url = f"http://127.0.0.1:{self._server.server_address[1]}{PATH}"
 

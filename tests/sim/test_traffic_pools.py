@@ -12,10 +12,11 @@ import json
 import threading
 from collections import Counter
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 
 import pytest
 
+from rolloutd.httpserve import QuietServer
 from rolloutd.sim.protocol import POOL_HEADER, SESSION_HEADER
 from rolloutd.sim.traffic import EscalationModel, TrafficGenerator, Workload
 
@@ -58,7 +59,7 @@ class _MovingSessions(BaseHTTPRequestHandler):
 
 @pytest.fixture
 def moving() -> Iterator[str]:
-    server = ThreadingHTTPServer(("127.0.0.1", 0), _MovingSessions)
+    server = QuietServer(("127.0.0.1", 0), _MovingSessions)
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
     try:
