@@ -5,6 +5,9 @@ timeout, a probe that closes early, traffic that stops) is the client's business
 write fails with a connection error, and that is not worth a traceback in the log. Any
 other error in a handler still prints one, as :class:`~http.server.ThreadingHTTPServer`
 does.
+
+The listen backlog is 512, not :mod:`socketserver`'s 5: agent traffic opens connections in
+bursts (every session of a traffic worker at once), and a full backlog resets them.
 """
 
 from __future__ import annotations
@@ -18,6 +21,7 @@ class QuietServer(ThreadingHTTPServer):
     """A :class:`ThreadingHTTPServer` with daemon threads, silent on clients that hang up."""
 
     daemon_threads = True
+    request_queue_size = 512
 
     def handle_error(self, request: Any, client_address: Any) -> None:
         if not isinstance(sys.exc_info()[1], ConnectionError):

@@ -42,7 +42,7 @@ class EngineServer:
         registry = CollectorRegistry(auto_describe=False)
         registry.register(EngineCollector(replica.metric_state))
         handler = type("Handler", (_Handler,), {"replica": replica, "registry": registry})
-        self._httpd = _Server((host, port), handler)
+        self._httpd = QuietServer((host, port), handler)
         self.port = int(self._httpd.server_address[1])
         self.url = f"http://{host}:{self.port}"
         self._thread = threading.Thread(
@@ -58,10 +58,6 @@ class EngineServer:
         self._httpd.shutdown()
         self._httpd.server_close()
         self._thread.join(timeout=5)
-
-
-class _Server(QuietServer):
-    request_queue_size = 512
 
 
 class _Handler(BaseHTTPRequestHandler):
