@@ -206,8 +206,12 @@ class _StoreCollector(Collector):
             labels=["rollout", "kind"],
         )
         rollouts = _visible(session, now)
+        plans = {rollout.id: plan_of(rollout) for rollout in rollouts}
+        newest = queries.latest_of_rollouts(
+            session, {rollout_id: plan.gates for rollout_id, plan in plans.items()}
+        )
         for rollout in rollouts:
-            plan = plan_of(rollout)
+            plan = plans[rollout.id]
             progress = Progress.from_storage(rollout.progress)
             labels = [str(rollout.id), rollout.name, rollout.service, rollout.environment]
             current = state_of(plan, progress)
@@ -216,8 +220,7 @@ class _StoreCollector(Collector):
                 state.add_metric([*labels, candidate.value, ended], float(candidate is current))
             step.add_metric(labels, float(min(progress.step_index, len(plan.steps) - 1)))
             weight.add_metric(labels, float(outline_of(rollout).weight(progress)))
-            latest = queries.latest_evaluations(session, rollout.id, gates=plan.gates)
-            for gate, row in sorted(latest.items()):
+            for gate, row in sorted(newest[rollout.id].items()):
                 gate_labels = [str(rollout.id), gate, row.role]
                 if row.value is not None:
                     gate_value.add_metric(gate_labels, row.value)

@@ -6,16 +6,18 @@ values. Both read an index on ``(rollout_id, gate, evaluated_at)``.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from datetime import datetime
 from functools import lru_cache
-from typing import Any, Literal, NamedTuple, TypedDict, Unpack
+from typing import Any, Literal, NamedTuple, TypedDict, TypeVar, Unpack
 
 from sqlalchemy import Select, bindparam, func, insert, select
 from sqlalchemy.orm import Session
 
-from rolloutd.store.models import GateEvaluation
+from rolloutd.store.models import GateEvaluation, Rollout
 from rolloutd.store.writes import add_row
+
+_T = TypeVar("_T")
 
 GateRole = Literal["step", "trigger", "step+trigger"]
 """What an evaluation was for (``rolloutd.store.models.GATE_ROLES``); :func:`roles_of` splits it."""
@@ -102,6 +104,64 @@ def _newest_statement(by_step: tuple[bool, ...]) -> Select[Any]:
         ids.append(query.order_by(*newest_first).limit(1).scalar_subquery())
     columns = [getattr(GateEvaluation, name) for name in Newest._fields]
     return select(*columns).where(GateEvaluation.id.in_(ids))
+
+
+class GateLatest(NamedTuple):
+    """What rolloutd's ``/metrics`` shows of a gate's newest evaluation."""
+
+    rollout_id: int
+    gate: str
+    role: str
+    verdict: str
+    value: float | None
+    evaluated_at: datetime
+
+
+# Correlated lookups in one statement's select list, and values in one IN list, at the most.
+_GATES_A_STATEMENT = 64
+_IDS_A_STATEMENT = 5_000
+
+
+def latest_of_rollouts(
+    session: Session, gates: Mapping[int, Iterable[str]]
+) -> dict[int, dict[str, GateLatest]]:
+    """The newest evaluation of each gate of each rollout (``gates``: rollout id -> the
+    plan's gate names), by rollout and gate.
+
+    One index lookup a rollout and gate, as in :func:`newest_evaluations`, but correlated
+    with the rollouts table: the number of statements follows the number of distinct gate
+    names and the thousands of rollouts, not the rollouts one by one.
+    """
+    wanted = {rollout_id: set(names) for rollout_id, names in gates.items()}
+    names = sorted(set().union(*wanted.values()))
+    e = GateEvaluation
+    newest_first = (e.evaluated_at.desc(), e.id.desc())
+    found: list[int] = []
+    for some in _chunks(names, _GATES_A_STATEMENT):
+        lookups = [
+            select(e.id)
+            .where(e.rollout_id == Rollout.id, e.gate == name)
+            .order_by(*newest_first)
+            .limit(1)
+            .correlate(Rollout)
+            .scalar_subquery()
+            for name in some
+        ]
+        for ids in _chunks(list(wanted), _IDS_A_STATEMENT):
+            for row in session.execute(select(*lookups).where(Rollout.id.in_(ids))):
+                found.extend(i for i in row if i is not None)
+    latest: dict[int, dict[str, GateLatest]] = {rollout_id: {} for rollout_id in wanted}
+    columns = [getattr(e, name) for name in GateLatest._fields]
+    for ids in _chunks(found, _IDS_A_STATEMENT):
+        for row in session.execute(select(*columns).where(e.id.in_(ids))):
+            if row.gate in wanted[row.rollout_id]:
+                latest[row.rollout_id][row.gate] = GateLatest._make(row)
+    return latest
+
+
+def _chunks(items: Sequence[_T], size: int) -> Iterator[Sequence[_T]]:
+    for start in range(0, len(items), size):
+        yield items[start : start + size]
 
 
 def latest_evaluations(

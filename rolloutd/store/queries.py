@@ -35,8 +35,10 @@ from rolloutd.store.commands import (
 )
 from rolloutd.store.errors import StaleWrite
 from rolloutd.store.evaluations import (
+    GateLatest,
     GateRole,
     latest_evaluations,
+    latest_of_rollouts,
     newest_evaluations,
     recent_values,
     record_evaluation,
@@ -57,6 +59,7 @@ __all__ = [
     "ActionOutcome",
     "CommandKind",
     "CommandOutcome",
+    "GateLatest",
     "GateRole",
     "StaleWrite",
     "action_by_key",
@@ -71,6 +74,7 @@ __all__ = [
     "finish_command",
     "get_rollout",
     "latest_evaluations",
+    "latest_of_rollouts",
     "list_events",
     "list_rollouts",
     "list_steps",
