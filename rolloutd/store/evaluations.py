@@ -52,9 +52,12 @@ def record_evaluation(session: Session, **evaluation: Unpack[NewEvaluation]) -> 
 
 
 def record_evaluations(session: Session, evaluations: Sequence[NewEvaluation]) -> None:
-    """Store a tick's verdicts in one statement."""
+    """Store a tick's verdicts in one statement (the ORM's bulk insert would split them into
+    one a set of columns left None; ``render_nulls`` writes those as NULL instead)."""
     if evaluations:
-        session.execute(insert(GateEvaluation), list(evaluations))
+        session.execute(
+            insert(GateEvaluation).execution_options(render_nulls=True), list(evaluations)
+        )
 
 
 class Newest(NamedTuple):
