@@ -71,6 +71,12 @@ def not_leading(leader: dict[str, Any]) -> str | None:
     return f"no rolloutd is leading (last seen {seen}, {leader['holder']})"
 
 
+def current_state(rollout: Rollout | reads.RolloutRow) -> State:
+    """The rollout's state as every view shows it, from its stored outline and progress alone
+    (no gate is read)."""
+    return outline_of(rollout).state(Progress.from_storage(rollout.progress))
+
+
 def status_view(db: Connection | Session, rollout: Rollout | reads.RolloutRow) -> dict[str, Any]:
     """The status of one rollout as ``rolloutctl status --output json`` prints it.
 

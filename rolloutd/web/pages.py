@@ -20,7 +20,7 @@ from sqlalchemy.orm import Session
 from rolloutd.core.progress import State, shown_state
 from rolloutd.redact import scrub
 from rolloutd.store.models import Rollout
-from rolloutd.views import status_view
+from rolloutd.views import current_state, status_view
 from rolloutd.web.charts import gate_svg, weight_svg
 from rolloutd.web.data import list_version, rollout_page
 
@@ -52,9 +52,10 @@ def index_page(session: Session, filters: dict[str, str], *, now: datetime) -> s
             continue
         if filters.get("environment") and rollout.environment != filters["environment"]:
             continue
-        view = status_view(session, rollout)
-        if filters.get("state") and view["state"] != filters["state"]:
+        # The state follows from the stored outline and progress: only a shown row reads gates.
+        if filters.get("state") and current_state(rollout).value != filters["state"]:
             continue
+        view = status_view(session, rollout)
         view["verdicts"] = [{"name": g["name"], "verdict": g["verdict"]} for g in view["gates"]]
         view["state_text"] = shown_state(State(view["state"]), view["rollback"])
         view["age"] = _age(now - rollout.created_at)

@@ -5,10 +5,10 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from prometheus_client.parser import text_string_to_metric_families
-from sqlalchemy import event, text
 
 from rolloutd.daemon.metrics import DaemonMetrics
 from tests.reconcile.test_reconcile import Harness
+from tests.store.seed import copy_rollout, statements
 
 if TYPE_CHECKING:
     from conftest import StoreHandle
@@ -18,55 +18,14 @@ GATE_FAMILIES = (
     "rolloutd_gate_verdict",
     "rolloutd_gate_evaluated_timestamp_seconds",
 )
-_COLUMNS = (
-    "environment, state, active, plan_hash, plan_source, plan_path, steps, progress, revision,"
-    " created_by, created_at, updated_at, plan_outline"
-)
-
-
-def _copy(h: Harness, copies: int, *, with_evaluations: bool) -> list[int]:
-    """``copies`` more rollouts like the harness's, each with its evaluations or with none."""
-    made = []
-    with h.store.engine.begin() as connection:
-        for i in range(copies):
-            connection.execute(
-                text(
-                    f"INSERT INTO rollouts (name, service, {_COLUMNS})"
-                    f" SELECT name || :i, service || :i, {_COLUMNS} FROM rollouts WHERE id = :id"
-                ),
-                {"i": f"-{with_evaluations:d}-{i}", "id": h.rollout_id},
-            )
-            new = connection.execute(text("SELECT max(id) FROM rollouts")).scalar_one()
-            if with_evaluations:
-                connection.execute(
-                    text(
-                        "INSERT INTO gate_evaluations (rollout_id, step_index, gate, role,"
-                        " verdict, value, threshold, query, samples, statistic, reason,"
-                        " evidence, evaluated_at)"
-                        " SELECT :new, step_index, gate, role, verdict, value, threshold, query,"
-                        " samples, statistic, reason, evidence, evaluated_at"
-                        " FROM gate_evaluations WHERE rollout_id = :id"
-                    ),
-                    {"new": new, "id": h.rollout_id},
-                )
-            made.append(new)
-    return made
 
 
 def _scrape(h: Harness) -> tuple[int, dict[str, set[tuple[Any, ...]]]]:
     """The statements one scrape ran, and each rollout's gate samples (labels but the
     rollout's, and the value)."""
-    ran: list[str] = []
-
-    def record(_conn: Any, _cursor: Any, statement: str, *_: Any) -> None:
-        ran.append(statement)
-
     metrics = DaemonMetrics(h.store.sessions, instance="a", wall=h.clock, leading=lambda: 1)
-    event.listen(h.store.engine, "before_cursor_execute", record)
-    try:
+    with statements(h.store.engine) as ran:
         body, _ = metrics.exposition()
-    finally:
-        event.remove(h.store.engine, "before_cursor_execute", record)
     gates: dict[str, set[tuple[Any, ...]]] = {}
     for family in text_string_to_metric_families(body.decode()):
         for s in family.samples:
@@ -91,8 +50,8 @@ def test_a_scrape_reads_the_newest_verdicts_in_statements_that_do_not_grow_with_
     verdicts = {s for s in own if s[0] == "rolloutd_gate_verdict" and s[2] == 1.0}
     assert {dict(s[1])["gate"] for s in verdicts} == {"timeouts", "oom"}
 
-    copies = _copy(h, 10, with_evaluations=True)
-    (bare,) = _copy(h, 1, with_evaluations=False)
+    copies = copy_rollout(h.store.engine, h.rollout_id, 10, with_evaluations=True)
+    (bare,) = copy_rollout(h.store.engine, h.rollout_id, 1, with_evaluations=False, tag="bare")
     many, after = _scrape(h)
     assert many == alone
     assert after[str(h.rollout_id)] == own

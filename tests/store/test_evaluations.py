@@ -8,7 +8,7 @@ from datetime import timedelta
 from typing import Any
 
 import pytest
-from sqlalchemy import event
+from sqlalchemy import Engine
 from sqlalchemy.orm import Session
 
 from rolloutd.store.queries import (
@@ -17,7 +17,7 @@ from rolloutd.store.queries import (
     record_evaluation,
     record_evaluations,
 )
-from tests.store.seed import T0, seed_rollout
+from tests.store.seed import T0, seed_rollout, statements
 
 
 def _record(
@@ -137,19 +137,11 @@ def test_a_ticks_evaluations_go_in_one_statement_whatever_they_leave_empty(
         {**base, "gate": "oom", "value": 0.0},
         {**base, "gate": "latency", "value": None, "verdict": "inconclusive", "reason": "absent"},
     ]
-    inserts: list[str] = []
-
-    def record(_conn: Any, _cursor: Any, statement: str, *_: Any) -> None:
-        if statement.startswith("INSERT INTO gate_evaluations"):
-            inserts.append(statement)
-
     engine = session.get_bind()
-    event.listen(engine, "before_cursor_execute", record)
-    try:
+    assert isinstance(engine, Engine)
+    with statements(engine) as ran:
         record_evaluations(session, rows)
-    finally:
-        event.remove(engine, "before_cursor_execute", record)
-    assert len(inserts) == 1
+    assert len(ran) == 1 and ran[0].startswith("INSERT INTO gate_evaluations"), ran
     latest = latest_evaluations(session, rollout_id)
     assert latest["timeouts"].samples == 500
     assert latest["oom"].samples is None and latest["oom"].threshold is None
