@@ -11,6 +11,7 @@ import pytest
 from sqlalchemy import Engine
 from sqlalchemy.orm import Session
 
+from rolloutd.store import evaluations
 from rolloutd.store.queries import (
     latest_evaluations,
     recent_values,
@@ -146,3 +147,32 @@ def test_a_ticks_evaluations_go_in_one_statement_whatever_they_leave_empty(
     assert latest["timeouts"].samples == 500
     assert latest["oom"].samples is None and latest["oom"].threshold is None
     assert latest["latency"].value is None and latest["latency"].reason == "absent"
+
+
+@pytest.mark.parametrize("chunked", [False, True])
+def test_latest_of_rollouts_holds_each_rollouts_newest_verdict_of_its_own_gates(
+    session: Session, monkeypatch: pytest.MonkeyPatch, chunked: bool
+) -> None:
+    """By rollout and gate, the newest verdict; a gate another rollout has, or one never
+    evaluated, is absent. Split into a statement per gate and per rollout (``chunked``), the
+    answer is the same."""
+    if chunked:
+        monkeypatch.setattr(evaluations, "_GATES_A_STATEMENT", 1)
+        monkeypatch.setattr(evaluations, "_IDS_A_STATEMENT", 1)
+    first, second = seed_rollout(session, "svc-a"), seed_rollout(session, "svc-b")
+    _record(session, first, "queue_timeouts", 1, 0.01, verdict="fail")
+    _record(session, first, "queue_timeouts", 2, 0.002)
+    _record(session, first, "oom", 1, 0.0)
+    _record(session, second, "queue_timeouts", 3, None, verdict="inconclusive")
+    _record(session, second, "p95_latency", 1, 2.5)
+    latest = evaluations.latest_of_rollouts(
+        session, {first: ["queue_timeouts", "oom", "never_evaluated"], second: ["queue_timeouts"]}
+    )
+    found = {
+        rollout_id: {gate: (row.verdict, row.value) for gate, row in rows.items()}
+        for rollout_id, rows in latest.items()
+    }
+    assert found == {
+        first: {"queue_timeouts": ("pass", 0.002), "oom": ("pass", 0.0)},
+        second: {"queue_timeouts": ("inconclusive", None)},
+    }
