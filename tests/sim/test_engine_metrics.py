@@ -78,8 +78,10 @@ def test_requests_beyond_resident_sequences_queue_and_time_out_as_rejected() -> 
     """30 concurrent requests on 9 slots: 9 run, the rest wait out the queue timeout."""
     config = dataclasses.replace(REFERENCE_STABLE, queue_timeout_s=10.0)
     with Replica("t", config=config, time_scale=0.1) as replica:
-        # Slow enough (>= 14 s each) that no slot frees up before every waiter gave up.
-        replica.set_faults(latency_factor=2.5)
+        # Slow enough (>= 34 s each, 3.4 s of wall time) that no slot frees up before every
+        # waiter gave up, even when the last of the 30 requests reaches the engine 2 s after
+        # the first (at 14 s, a busy CI host once let a late waiter have a freed slot).
+        replica.set_faults(latency_factor=6.0)
         with ThreadPoolExecutor(30) as pool:
             futures = [
                 pool.submit(chat, replica.url, case, session=f"s{i}")
