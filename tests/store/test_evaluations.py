@@ -8,7 +8,6 @@ from datetime import timedelta
 from typing import Any
 
 import pytest
-from sqlalchemy import Engine
 from sqlalchemy.orm import Session
 
 from rolloutd.store import evaluations
@@ -16,9 +15,8 @@ from rolloutd.store.queries import (
     latest_evaluations,
     recent_values,
     record_evaluation,
-    record_evaluations,
 )
-from tests.store.seed import T0, seed_rollout, statements
+from tests.store.seed import T0, seed_rollout
 
 
 def _record(
@@ -111,42 +109,6 @@ def test_recent_values_are_newest_first_and_keep_missing_values(session: Session
     _record(session, rollout_id, "other", 9, 9.0)
     assert recent_values(session, rollout_id, "escalations", 3) == [0.04, None, 0.02]
     assert recent_values(session, rollout_id, "missing", 3) == []
-
-
-def test_a_ticks_evaluations_go_in_one_statement_whatever_they_leave_empty(
-    session: Session,
-) -> None:
-    """A rate gate has samples, an event gate has none, an inconclusive one has no value:
-    the tick's verdicts are still one INSERT (the ORM's bulk insert had split them by which
-    columns were None), and the empty columns read back as NULL."""
-    rollout_id = seed_rollout(session)
-    base: dict[str, Any] = {
-        "rollout_id": rollout_id,
-        "step_index": 0,
-        "role": "step",
-        "verdict": "pass",
-        "threshold": None,
-        "query": None,
-        "samples": None,
-        "statistic": None,
-        "reason": None,
-        "evidence": {},
-        "evaluated_at": T0,
-    }
-    rows = [
-        {**base, "gate": "timeouts", "value": 0.002, "samples": 500, "threshold": "<= 0.01"},
-        {**base, "gate": "oom", "value": 0.0},
-        {**base, "gate": "latency", "value": None, "verdict": "inconclusive", "reason": "absent"},
-    ]
-    engine = session.get_bind()
-    assert isinstance(engine, Engine)
-    with statements(engine) as ran:
-        record_evaluations(session, rows)
-    assert len(ran) == 1 and ran[0].startswith("INSERT INTO gate_evaluations"), ran
-    latest = latest_evaluations(session, rollout_id)
-    assert latest["timeouts"].samples == 500
-    assert latest["oom"].samples is None and latest["oom"].threshold is None
-    assert latest["latency"].value is None and latest["latency"].reason == "absent"
 
 
 @pytest.mark.parametrize("chunked", [False, True])
