@@ -53,9 +53,7 @@ def record_evaluation(session: Session, **evaluation: Unpack[NewEvaluation]) -> 
 
 def record_evaluations(session: Session, evaluations: Sequence[NewEvaluation]) -> None:
     """Store a tick's verdicts in one call: one statement for each set of columns the verdicts
-    leave None (the ORM's bulk insert groups them so). One statement for all, with
-    ``render_nulls``, made the test of a leader frozen inside a write miss its takeover bound
-    in 2 of 15 runs on a loaded host (0 of 6 without); until that is understood, it stays so."""
+    leave None (the ORM's bulk insert groups them so)."""
     if evaluations:
         session.execute(insert(GateEvaluation), list(evaluations))
 
