@@ -102,6 +102,9 @@ class Judging:
     final: FinalWindow | None = None
     """Set at the last step that carries this gate (judged as a step gate, or as a trigger
     that also decides steps): where its final look looks."""
+    bake_over: bool = False
+    """The step's bake (or duration) has passed: a comparison that held too few events to
+    show a difference passes on what the whole step showed (zero is evidence)."""
     earlier: tuple[tuple[datetime, datetime], ...] = ()
     """(verified, completed) of the earlier steps this gate judged with traffic on both
     pools: a canary-vs-stable test carries their evidence into this step."""

@@ -28,6 +28,7 @@ with its limit; failing it means the capacity analysis the change was planned on
 
 from __future__ import annotations
 
+import enum
 import functools
 import math
 from collections.abc import Sequence
@@ -107,6 +108,7 @@ def judge_compare(spec: GateSpec, judging: Judging) -> Evaluation:
             final=final_steps,
             min_events=spec.min_events,
             clustered=clustered(spec) and resolved,
+            looks=final is not None,
         )
     except ValueError as exc:
         raise MeasurementError(str(exc), query=query) from None
@@ -147,7 +149,8 @@ def judge_compare(spec: GateSpec, judging: Judging) -> Evaluation:
         statistic=result.log_bf,
         evidence=evidence,
     )
-    if result.reject:
+    outcome = comparison.outcome(bake_over=judging.bake_over)
+    if outcome is RateOutcome.FAIL_EVERY_TICK:
         reason = (
             f"canary {spec.signal} rate {_pct(canary_rate)} vs stable {_pct(stable_rate)}: "
             f"Bayes factor {result.bf:.3g} >= {1 / alpha:g}"
@@ -155,9 +158,9 @@ def judge_compare(spec: GateSpec, judging: Judging) -> Evaluation:
         if result.dispersion > 1:
             reason += f" (evidence divided by dispersion {result.dispersion:.2f})"
         return _with(evaluation, Verdict.FAIL, reason)
-    if final is not None:
-        if final.end is None or comparison.final is None:
-            return _with(evaluation, Verdict.PENDING, "the final look comes when the bake is over")
+    if outcome is RateOutcome.PENDING_FINAL:
+        return _with(evaluation, Verdict.PENDING, "the final look comes when the bake is over")
+    if final is not None and final.end is not None and comparison.final is not None:
         look = {
             **comparison.final.as_evidence(),
             "start": final.start.isoformat(),
@@ -165,25 +168,57 @@ def judge_compare(spec: GateSpec, judging: Judging) -> Evaluation:
             "window_seconds": (final.end - final.start).total_seconds(),
         }
         evaluation = _replace_evidence(evaluation, {"final_look": look})
-        if look["reject"]:
+        if outcome is RateOutcome.FAIL_FINAL:
             reason = (
                 f"final look over {look['window_seconds']:.0f}s: canary {spec.signal} rate "
                 f"{_pct(look['canary_rate'])} vs stable {_pct(look['stable_rate'])}, "
                 f"stratified z {look['z']:.2f} > {look['critical_z']:.2f}"
             )
             return _with(evaluation, Verdict.FAIL, reason)
-    if math.isinf(comparison.dispersion.bound):
+    if outcome is RateOutcome.PENDING_DISPERSION:
         reason = (
             f"{counted(comparison.dispersion.blocks, 'block')} of events cannot yet show how "
             "much they cluster (sessions share a fate): no evidence before they can"
         )
         return _with(evaluation, Verdict.PENDING, reason)
-    if result.total_events < comparison.needed:
+    if outcome is RateOutcome.PENDING_EVENTS:
         reason = f"{counted(result.total_events, 'event')} of the {comparison.needed} needed"
         if spec.min_events is None:
             reason += " (the fewest that could show the canary worse)"
         return _with(evaluation, Verdict.PENDING, reason)
+    if outcome is RateOutcome.PASS_STEP_OVER:
+        # Zero is evidence: a whole step of live traffic on both pools that held too few
+        # events to show a difference did not show the canary worse. Later steps carry
+        # the gate's evidence on, and a final look, where there is one, still decides.
+        reason = (
+            f"{counted(result.total_events, 'event')} over the whole step "
+            f"({_count(whole.canary_events)} on the canary, {_count(whole.stable_events)} on "
+            f"stable): too few to show a difference, and the canary was not worse"
+        )
+        return _with(evaluation, Verdict.PASS, reason)
     return evaluation
+
+
+class RateOutcome(enum.Enum):
+    """What a comparison says, before it is worded: the one place its rules live, shared by
+    the gate and ``bench/gate_statistics.py``."""
+
+    FAIL_EVERY_TICK = "fail: the every-tick test"
+    FAIL_FINAL = "fail: the final look"
+    PENDING_FINAL = "pending: the final look comes when the bake is over"
+    PENDING_DISPERSION = "pending: too few blocks to show how events cluster"
+    PENDING_EVENTS = "pending: too few events to show the canary worse"
+    PASS_STEP_OVER = "pass: the step is over with too few events to show a difference"
+    PASS = "pass"
+
+    @property
+    def verdict(self) -> Verdict:
+        """The gate's verdict for this outcome."""
+        if self in (RateOutcome.FAIL_EVERY_TICK, RateOutcome.FAIL_FINAL):
+            return Verdict.FAIL
+        if self in (RateOutcome.PASS, RateOutcome.PASS_STEP_OVER):
+            return Verdict.PASS
+        return Verdict.PENDING
 
 
 @dataclass(frozen=True)
@@ -195,6 +230,29 @@ class RateComparison:
     final: StratifiedLook | None
     needed: int
     """Events (both pools, all steps) before a pass says anything."""
+    looks: bool = False
+    """Whether this step makes the final look (``final`` None until its bake is over)."""
+
+    def outcome(self, *, bake_over: bool) -> RateOutcome:
+        """The comparison's outcome at a tick; ``bake_over``: the step's bake has passed.
+
+        A failure of either test stands. Where the final look is made it decides: a
+        canary it does not find worse passes, however few its events (zero is evidence).
+        Before it, or at a step without one, a pass needs enough blocks to bound the
+        dispersion and enough events that the test could have failed; once the step's
+        bake is over, a step that never held that many passes on what it showed.
+        """
+        if self.sequential.reject:
+            return RateOutcome.FAIL_EVERY_TICK
+        if self.looks:
+            if self.final is None:
+                return RateOutcome.PENDING_FINAL
+            return RateOutcome.FAIL_FINAL if self.final.reject else RateOutcome.PASS
+        if math.isinf(self.dispersion.bound):
+            return RateOutcome.PASS_STEP_OVER if bake_over else RateOutcome.PENDING_DISPERSION
+        if self.sequential.total_events < self.needed:
+            return RateOutcome.PASS_STEP_OVER if bake_over else RateOutcome.PENDING_EVENTS
+        return RateOutcome.PASS
 
 
 def compare_rates(
@@ -205,6 +263,7 @@ def compare_rates(
     final: Sequence[Sequence[Tally]] | None = None,
     min_events: int | None = None,
     clustered: bool = True,
+    looks: bool = False,
 ) -> RateComparison:
     """The compare gate's statistics on counts: each step a list of consecutive blocks.
 
@@ -213,6 +272,7 @@ def compare_rates(
     the dispersion of the blocks (``clustered``; otherwise by 1). With ``final`` (the steps'
     blocks up to the end of the last bake): the stratified test over those blocks at the
     rest of alpha. Steps without exposure on a pool carry no evidence and are left out.
+    ``looks``: this step makes the final look, so no pass before ``final`` is given.
 
     :raises ValueError: no step with exposure on both pools, or counts that are not counts.
     """
@@ -241,7 +301,7 @@ def compare_rates(
         needed = events_to_fail(rho, alpha * sequential_share)
         if math.isfinite(dispersion.bound):
             needed = math.ceil(dispersion.bound * needed)
-    return RateComparison(sequential, dispersion, look, needed)
+    return RateComparison(sequential, dispersion, look, needed, looks or final is not None)
 
 
 @functools.lru_cache(maxsize=256)
@@ -295,7 +355,16 @@ def _blocks(spec: CompareGate, judging: Judging, start: datetime, end: datetime)
 
 #: Signals the agent gateway counts at most once per session, whose exposure is sessions:
 #: sessions go to a pool independently, so their events cannot cluster.
-ONCE_PER_SESSION = frozenset({"escalations", "escalation_rate"})
+ONCE_PER_SESSION = frozenset(
+    {
+        "escalations",
+        "escalation_rate",
+        "session_timeouts",
+        "session_timeout_rate",
+        "session_schema_violations",
+        "session_schema_violation_rate",
+    }
+)
 
 
 def clustered(spec: CompareGate) -> bool:
@@ -577,6 +646,10 @@ def _with(evaluation: Evaluation, verdict: Verdict, reason: str) -> Evaluation:
 
 def _replace_evidence(evaluation: Evaluation, evidence: dict[str, Any]) -> Evaluation:
     return replace(evaluation, evidence={**evaluation.evidence, **evidence})
+
+
+def _count(value: float) -> str:
+    return f"{value:,.0f}"
 
 
 def _pct(rate: float | None) -> str:

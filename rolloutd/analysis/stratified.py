@@ -120,6 +120,13 @@ MIN_DF = 2.0
 FINAL_CONFIDENCE = 0.6
 
 
+SPLIT = "Pearson over blocks with a lag-one term, one fitted rate ratio"
+HISTORY = (
+    "Pearson of the one pool with events over its own blocks, with a lag-one term "
+    "(every event lay on that pool)"
+)
+
+
 @dataclass(frozen=True)
 class Dispersion:
     """How much more the canary's share of events varies than independent events would."""
@@ -131,6 +138,8 @@ class Dispersion:
     blocks: int
     known: float | None = None
     """A dispersion known beforehand (1 for events counted once per session): not estimated."""
+    method: str = SPLIT
+    """How it was estimated: :data:`SPLIT` or :data:`HISTORY`."""
 
     @property
     def estimate(self) -> float | None:
@@ -173,7 +182,7 @@ class Dispersion:
             return {"method": "known, not estimated", "phi": self.known, "blocks": self.blocks}
         estimate, bound = self.estimate, self.bound
         return {
-            "method": "Pearson over blocks with a lag-one term, one fitted rate ratio",
+            "method": self.method,
             "phi": round(self.phi, 6),
             "estimate": None if estimate is None else round(estimate, 6),
             "bound": None if math.isinf(bound) else round(bound, 6),
@@ -196,14 +205,21 @@ def estimate_dispersion(
     products of neighbouring residuals within a step. With independent events each residual
     has variance ``1 - v_b / V`` and neighbours covariance ``-sqrt(v_b v_c) / V`` (the fit
     takes one direction), so ``df`` is the sum of those: Pearson / df is unbiased for ``phi``.
-    With ``known``, nothing is estimated.
+
+    When every event lies on one pool (a clean canary beside a noisy stable, or a canary
+    failing beside a silent stable) no finite ratio fits, and the split says nothing about
+    clustering. Then the pool that has the events is asked instead: how its own events
+    spread over the blocks against its own exposure (:func:`history_dispersion`). With
+    ``known``, nothing is estimated.
     """
     usable = [[b for b in blocks if _informative(b)] for blocks in steps]
     count = sum(len(blocks) for blocks in usable)
     if known is not None:
         return Dispersion(0.0, 0.0, count, known)
     ratio = fitted_ratio([b for blocks in usable for b in blocks])
-    if count < 2 or ratio is None:
+    if ratio is None:
+        return history_dispersion(steps)
+    if count < 2:
         return Dispersion(0.0, 0.0, count)
     pearson = 0.0
     neighbours = 0.0
@@ -222,6 +238,46 @@ def estimate_dispersion(
         neighbours += LAG_WEIGHT * sum(math.sqrt(a * b) for a, b in itertools.pairwise(variances))
     df = count - 1 - 2.0 * neighbours / weight
     return Dispersion(pearson, df, count)
+
+
+def history_dispersion(steps: Sequence[Sequence[Tally]]) -> Dispersion:
+    """The dispersion of one pool's own events across the blocks of each step, for when all
+    events lie on that pool.
+
+    Within a step, a pool's ``K`` events fall into its blocks in proportion to its exposure
+    ``p_b`` if they are independent and its rate is constant: Pearson's
+    ``sum (k_b - K p_b)^2 / (K p_b)`` then has expectation ``B - 1``, and ``phi (B - 1)``
+    when events come ``phi`` to a cluster. The lag-one term is the same as the split's, and
+    a multinomial's neighbours have covariance ``-sqrt(p_b p_c)``, which sets ``df``. A rate
+    that moves with load over the step reads as dispersion here, so this estimate errs
+    high (less evidence, never more). Both pools are asked; only one has events.
+    """
+    pearson = df = 0.0
+    blocks_used = 0
+    for blocks in steps:
+        for pool in ("canary", "stable"):
+            counts = [
+                (b.canary_events, b.canary_exposure)
+                if pool == "canary"
+                else (b.stable_events, b.stable_exposure)
+                for b in blocks
+            ]
+            counts = [(k, e) for k, e in counts if e > 0]
+            events = sum(k for k, _ in counts)
+            exposure = sum(e for _, e in counts)
+            if events <= 0 or len(counts) < 2:
+                continue
+            shares = [e / exposure for _, e in counts]
+            residuals = [
+                (k - events * p) / math.sqrt(events * p)
+                for (k, _), p in zip(counts, shares, strict=True)
+            ]
+            pearson += sum(r * r for r in residuals)
+            pearson += 2.0 * LAG_WEIGHT * sum(a * b for a, b in itertools.pairwise(residuals))
+            df += len(counts) - 1
+            df -= 2.0 * LAG_WEIGHT * sum(math.sqrt(a * b) for a, b in itertools.pairwise(shares))
+            blocks_used += len(counts)
+    return Dispersion(pearson, df, blocks_used, method=HISTORY)
 
 
 def fitted_ratio(blocks: Sequence[Tally]) -> float | None:

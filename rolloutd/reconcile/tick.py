@@ -350,6 +350,7 @@ class Reconciler:
                     idle=plan.idle_pool(progress.step_index),
                     # None but at the last step carrying the gate, in either role.
                     final=final_window(plan, gate, progress, verified, now),
+                    bake_over=_bake_over(plan, progress, now),
                     earlier=earlier_windows(plan, gate, role, progress, verified, completed),
                 ),
             )
@@ -456,3 +457,9 @@ def _enqueue_attempt(session: Session, rollout_id: int, desired: Desired, now: d
         now=now,
     )
     return queries.action_by_key(session, rollout_id, desired.key)
+
+
+def _bake_over(plan: Plan, progress: Progress, now: datetime) -> bool:
+    """Whether the step ran its whole bake (a step without one has no whole to judge)."""
+    hold = plan.steps[progress.step_index].hold_for()
+    return hold > timedelta(0) and progress.baked(now) >= hold
