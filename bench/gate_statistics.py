@@ -1,5 +1,5 @@
-"""False alarms and detection delays of rolloutd's gates on realistic agent traffic, before
-and after the gates learned that a session's turns share a fate (numpy, seeded).
+"""False alarms, detection delays and passes of rolloutd's rate and latency gates on realistic
+agent traffic, as Prometheus reports it (numpy, seeded), held against the goals they must meet.
 
 Every rollout runs two steps, 5% then 25% of sessions, 100 minutes each at 100 sessions a
 minute (10,000 sessions a step), with a tick every 30 s. The traffic (``bench/traffic.py``)
@@ -11,28 +11,27 @@ pools, with the second step 30% busier; a canary share of 4.3% for a planned 5% 
 25%); a canary replica restarting mid-step (its counters reset); scrape gaps (2% of scrapes
 lost and a 3-minute gap on a canary target).
 
-Gates, side by side on the same traffic:
+The gates, each judged as the compare gate judges it (``compare_rates`` and its
+``RateOutcome``: the every-tick test at 20% of alpha, a pass at the 5% step's end, the
+final look at the end of the 25% step with the rest):
 
-- ``fixed horizon``: one pooled two-proportion z test at alpha when the horizon is reached
-  (Kayenta style), for context; Mann-Whitney on the histograms for latency.
-- ``before``: the compare gate as it was: the rate-ratio mixture over the steps' events at
-  20% of alpha every tick, then a pooled two-proportion z test over both steps at 80%.
-- ``after``: ``rolloutd.analysis.comparisons.compare_rates``, the compare gate's statistics:
-  the same mixture with its evidence divided by the dispersion estimated from the steps'
-  blocks, then a Cochran-Mantel-Haenszel look stratified by block (so by step).
-- ``latency``: the latency gate, unchanged: one column. Its p95 bounds (alpha/2) judge
-  the histogram since the step began, as the gate asks for it; its slow-request rate test
-  (alpha/2) carries the earlier step's counts.
+- ``timeouts`` and ``schema``: per request (per tool call), with the dispersion estimated
+  from the steps' blocks (the signals an engine exports, which know no sessions);
+- ``session timeouts`` and ``session schema``: sessions with at least one timeout or schema
+  violation per session started (the agent gateway's once-per-session series): one trial a
+  session, so nothing is estimated;
+- ``escalation``: sessions handed to a human, once per session;
+- ``latency``: the latency gate (p95 bounds at alpha/2, the slow-request rate test at
+  alpha/2).
 
-The suite rules are simulated apart: 11 daily runs of a 300-case suite plus a 300-case
-sampled suite, each run's pairs drawn afresh (the runs' noise independent: the worst case
-for spending alpha across them); ``before`` judges every run at alpha (Tango's normal
-approximation for ``max_drop``), ``after`` spends ``spent_alpha`` with the exact test.
+The canary without traffic drives the real gate path (``evaluate_gate`` on the reference
+plan's escalation gate, over this traffic) tick by tick and counts the inconclusive
+evaluations in a row until the reference plan's ``max_inconclusive`` is passed.
 
-Ticks where the largest likelihood ratio is below 1/alpha are skipped (no mixture can reject
-there, whatever the dispersion); ``--check`` judges every tick and asserts the screen.
-Delays are canary sessions when the gate fails, the median over all runs with a miss
-counting as never.
+Ticks where the largest likelihood ratio is below the every-tick test's threshold are
+skipped (no mixture can reject there, whatever the dispersion); ``--check`` judges every
+tick and asserts the screen. Delays are canary sessions when the gate fails, the median over
+all runs with a miss counting as never.
 
 Run: ``python3 bench/gate_statistics.py [--rollouts 1000] [--jobs 2] [--seed 6]``.
 """
@@ -47,7 +46,9 @@ import statistics
 import sys
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
 from statistics import NormalDist
 
 import numpy as np
@@ -69,14 +70,12 @@ from bench.traffic import (
     Traffic,
     simulate,
 )
+from rolloutd.analysis.base import Judging, Measurement, Pool
 from rolloutd.analysis.comparisons import compare_rates
-from rolloutd.analysis.sequential import (
-    Segment,
-    beta_binomial_log_bf,
-    rate_ratio_test,
-    two_proportion_test,
-)
+from rolloutd.analysis.gates import evaluate_gate
+from rolloutd.analysis.sequential import Segment, beta_binomial_log_bf, rate_ratio_test
 from rolloutd.analysis.stratified import Tally, block_count, blocks_from_cuts
+from rolloutd.core.actions import Verdict
 from rolloutd.evaluation.statistics import (
     PairedCounts,
     exact_critical_z,
@@ -93,13 +92,20 @@ BASELINE_P95 = LATENCY_MEDIAN * math.exp(LATENCY_SIGMA * Z_ONE_SIDED)
 P95_TARGET = 1.15 * BASELINE_P95
 MAX_RATIO = 1.10
 BOUND_LIST = [float(b) for b in BOUNDS]
-RATE_METHODS = ("fixed horizon", "before", "after")
 BLOCK = 300.0  # a compare gate's default window: its shortest block
-# As the gate decides by default (``comparisons.clustered``): escalations come once per session.
-CLUSTERED = {"timeouts": True, "schema": True, "escalation": False}
-GATES = ("timeouts", "schema", "escalation", "latency")
+# As the gate decides by default (``comparisons.clustered``): per-request signals cluster.
+CLUSTERED = {
+    "timeouts": True,
+    "schema": True,
+    "session timeouts": False,
+    "session schema": False,
+    "escalation": False,
+}
+GATES = (*SIGNALS, "latency")
+REFERENCE_PLAN = Path(__file__).resolve().parent.parent / "config/plans/atlas-70b-maxseq8192.yaml"
 
 INDEPENDENT = Conditions("independent requests")
+CLUSTERED_SESSIONS = Conditions("sessions, ICC 0.1", icc=0.1)
 EVERYTHING = Conditions(
     "all at once (ICC 0.1)",
     icc=0.1,
@@ -112,43 +118,78 @@ EVERYTHING = Conditions(
 CONDITIONS = (
     INDEPENDENT,
     Conditions("sessions, ICC 0.02", icc=0.02),
-    Conditions("sessions, ICC 0.1", icc=0.1),
+    CLUSTERED_SESSIONS,
     Conditions("load +-30%/min, step 2 x1.3", load_swing=0.3, busier_second_step=1.3),
     Conditions("canary share 4.3% for 5%", share_factor=0.86),
     Conditions("a canary replica restarts", restart=True),
     Conditions("scrape gaps", gaps=True),
     EVERYTHING,
 )
-REGRESSIONS = (
-    ("timeouts 1%->5%", Canary(timeouts=0.05), "timeouts"),
-    ("schema 0.3%->1%", Canary(schema=0.01), "schema"),
-    ("escalation 5%->6%", Canary(escalation=0.06), "escalation"),
-    ("p95 +20%", Canary(latency_scale=1.2), "latency"),
-)
+RATE_GATES = ("timeouts", "schema", "session timeouts", "session schema")
+TIMEOUT_GATES = ("timeouts", "session timeouts")
+SCHEMA_GATES = ("schema", "session schema")
 
 
 @dataclass(frozen=True)
 class Scenario:
-    """Traffic conditions and what the canary does differently (None: an A/A rollout)."""
+    """Traffic conditions, what the canary and stable do, and the gates it is judged on."""
 
     name: str
     conditions: Conditions
     canary: Canary
-    regressed: str | None
+    kind: str  # "aa" (false alarms), "detect" (delays), "clean" (passes), "silent" (no traffic)
+    gates: tuple[str, ...] = GATES
+    base: dict[str, float] = field(default_factory=dict)
+
+
+def _family(
+    name: str, canary: Canary, kind: str, gates: tuple[str, ...], **base: float
+) -> list[Scenario]:
+    return [
+        Scenario(f"{name}, {c.name}", c, canary, kind, gates, dict(base))
+        for c in (INDEPENDENT, CLUSTERED_SESSIONS, EVERYTHING)
+    ]
 
 
 SCENARIOS = tuple(
-    [Scenario(f"A/A, {c.name}", c, Canary(), None) for c in CONDITIONS]
+    [Scenario(f"A/A, {c.name}", c, Canary(), "aa") for c in CONDITIONS]
+    + _family("clean canary", Canary(timeouts=0.0, schema=0.0), "clean", RATE_GATES)
+    + _family(
+        "stable 0%, canary 1% timeouts",
+        Canary(timeouts=0.01),
+        "detect",
+        TIMEOUT_GATES,
+        timeouts=0.0,
+    )
+    + _family("timeouts 1%->5%", Canary(timeouts=0.05), "detect", TIMEOUT_GATES)
+    + _family("schema 0.3%->1%", Canary(schema=0.01), "detect", SCHEMA_GATES)
     + [
-        Scenario(f"{name}, {c.name}", c, canary, gate)
+        Scenario(
+            f"escalation 5%->6%, {c.name}", c, Canary(escalation=0.06), "detect", ("escalation",)
+        )
         for c in (INDEPENDENT, EVERYTHING)
-        for name, canary, gate in REGRESSIONS
+    ]
+    + [
+        Scenario(f"p95 +20%, {c.name}", c, Canary(latency_scale=1.2), "detect", ("latency",))
+        for c in (INDEPENDENT, EVERYTHING)
+    ]
+    + [
+        Scenario(
+            "canary receives no traffic at 5%",
+            Conditions("no canary traffic", share_factor=0.0),
+            Canary(),
+            "silent",
+            ("escalation",),
+        )
     ]
 )
 
 Outcome = dict[str, float | None]
-"""``gate/method`` -> canary sessions when it failed (None: never); ``dispersion/<signal>``
--> the dispersion ``after`` used at the horizon."""
+"""``<gate>/fail`` -> canary sessions when the gate failed (None: never); ``<gate>/pass5``
+and ``<gate>/pass25`` -> 1.0 when it passed at the end of that step; ``dispersion/<gate>``
+-> the dispersion the final look used; ``silent/paused`` -> seconds from the step's start
+to the evaluation that passed the inconclusive limit, ``silent/router`` -> 1.0 when its
+reason named the router."""
 
 
 # --- rate gates ------------------------------------------------------------------------------
@@ -212,13 +253,15 @@ class Windows:
 
 
 def judge_rates(traffic: Traffic, signal: str, check: bool) -> Outcome:
-    """Every tick of one rollout for one signal: when each method fails, if it does."""
+    """Every tick of one rollout for one compare gate carried by both steps: when it fails,
+    whether it passed at the 5% step's end, and its final look at the 25% step's end."""
     windows = Windows(traffic, signal)
     ticks, whole = windows.ticks, windows.whole
     end_of_first = int(np.searchsorted(ticks, STEP_SECONDS))
+    last = len(ticks) - 1
     first = as_tally(whole[end_of_first]) if usable(whole[end_of_first]) else None
     first_blocks = windows.blocks(end_of_first) if first is not None else []
-    outcome: Outcome = {f"{signal}/{m}": None for m in RATE_METHODS}
+    outcome: Outcome = {f"{signal}/fail": None, f"{signal}/pass5": None, f"{signal}/pass25": None}
     threshold = math.log(1 / (ALPHA * SHARE))
     for i, t in enumerate(ticks):
         if not usable(whole[i]):
@@ -229,59 +272,88 @@ def judge_rates(traffic: Traffic, signal: str, check: bool) -> Outcome:
         current = as_tally(whole[i])
         steps = [first, current] if later and first is not None else [current]
         bound = sum(log_glr(s.canary_events, s.events, segment(s).rho) for s in steps)
-        if bound < threshold and not check:
+        step_end = i in (end_of_first, last)
+        if bound < threshold and not check and not step_end:
             continue
-        seen = float(traffic.canary_sessions(t))
-        if outcome[f"{signal}/before"] is None:
-            rejects = rate_ratio_test([segment(s) for s in steps], alpha=ALPHA * SHARE).reject
-            assert not (rejects and bound < threshold), "GLR screen is not an upper bound"
-            if rejects:
-                outcome[f"{signal}/before"] = seen
-        if outcome[f"{signal}/after"] is None:
-            step_blocks = [first_blocks, windows.blocks(i)] if later else [windows.blocks(i)]
-            result = compare_rates(
-                step_blocks, alpha=ALPHA, sequential_share=SHARE, clustered=CLUSTERED[signal]
+        step_blocks = [first_blocks, windows.blocks(i)] if later else [windows.blocks(i)]
+        result = compare_rates(
+            step_blocks,
+            alpha=ALPHA,
+            sequential_share=SHARE,
+            clustered=CLUSTERED[signal],
+            looks=later,
+            final=step_blocks if i == last else None,
+        )
+        assert not (result.sequential.reject and bound < threshold), "GLR screen is not a bound"
+        verdict = result.outcome(bake_over=step_end).verdict
+        if verdict is Verdict.FAIL:
+            outcome[f"{signal}/fail"] = float(traffic.canary_sessions(t))
+            outcome[f"{signal}/final"] = float(not result.sequential.reject)
+            return outcome
+        if step_end:
+            outcome[f"{signal}/pass5" if i == end_of_first else f"{signal}/pass25"] = float(
+                verdict is Verdict.PASS
             )
-            rejects = result.sequential.reject
-            assert not (rejects and bound < threshold), "GLR screen is not an upper bound"
-            if rejects:
-                outcome[f"{signal}/after"] = seen
-    last = len(ticks) - 1
-    final = [first_blocks, windows.blocks(last)] if first and usable(whole[last]) else None
-    outcome.update(judge_horizon(traffic, signal, outcome, final))
+        if i == last and result.final is not None:
+            outcome[f"dispersion/{signal}"] = result.final.dispersion.phi
     return outcome
 
 
-def judge_horizon(
-    traffic: Traffic, signal: str, outcome: Outcome, final: list[list[Tally]] | None
-) -> Outcome:
-    """The looks at the horizon: a pooled z test at alpha (fixed horizon), the old final look
-    (pooled z over both steps at 80% of alpha) and the new one (stratified, from
-    ``compare_rates``), each only where the method has not failed yet."""
-    found: Outcome = {}
-    horizon = float(traffic.canary_sessions(HORIZON))
-    everything = traffic.tallies(signal, np.array([0.0]), np.array([HORIZON]))[0]
-    if usable(everything):
-        pooled = as_tally(everything)
-        for method, alpha in (("fixed horizon", ALPHA), ("before", ALPHA * (1 - SHARE))):
-            look = two_proportion_test(
-                pooled.canary_events,
-                pooled.canary_exposure,
-                pooled.stable_events,
-                pooled.stable_exposure,
-                alpha=alpha,
+# --- a canary that receives nothing, on the real gate path -------------------------------------
+
+
+@dataclass
+class TrafficSource:
+    """The simulated counters as a metrics source: what Prometheus would answer for a
+    window (``increase()`` per series, summed per pool, stale is an error)."""
+
+    traffic: Traffic
+    start: datetime
+
+    def measure(self, signal: str, pool: Pool, window: timedelta, now: datetime) -> Measurement:
+        """Events and exposure of ``signal`` on ``pool`` over ``window`` ending at ``now``."""
+        from rolloutd.analysis.base import MeasurementError
+
+        end = (now - self.start).total_seconds()
+        events, exposure = SIGNALS[_SIGNAL_OF[signal]]
+        start = np.array([end - window.total_seconds()])
+        value = self.traffic.counts(events, pool, start, np.array([end]))[0]
+        samples = self.traffic.counts(exposure, pool, start, np.array([end]))[0]
+        if not (np.isfinite(value) and np.isfinite(samples)):
+            raise MeasurementError(f"no fresh samples of {signal} from the {pool} pool")
+        return Measurement(float(value), int(samples), f"bench:{signal}:{pool}")
+
+
+_SIGNAL_OF = {"escalations": "escalation"}
+
+
+def judge_silent(traffic: Traffic) -> Outcome:
+    """The reference plan's escalation gate at every step-gate tick of a 5% step whose canary
+    receives nothing: when the inconclusive evaluations in a row pass the plan's limit (the
+    state machine pauses the rollout then), and whether the reason names the router."""
+    from rolloutd.planfile import load_plan
+
+    plan = load_plan(REFERENCE_PLAN).plan
+    name = "escalations_not_rising"
+    spec = plan.gates[name]
+    limit = plan.limits.max_inconclusive
+    start = datetime(2026, 1, 1, tzinfo=UTC)
+    source = TrafficSource(traffic, start)
+    interval = plan.interval.total_seconds()
+    in_a_row = 0
+    outcome: Outcome = {"silent/paused": None, "silent/router": None}
+    for tick in np.arange(interval, STEP_SECONDS, interval):
+        now = start + timedelta(seconds=float(tick))
+        judging = Judging(name, "step", source, now, plan, start, 5)
+        evaluation = evaluate_gate(spec, judging)
+        in_a_row = in_a_row + 1 if evaluation.verdict is Verdict.INCONCLUSIVE else 0
+        if in_a_row > limit:
+            outcome["silent/paused"] = float(tick)
+            outcome["silent/router"] = float(
+                "does the router apply the weight" in evaluation.reason
             )
-            if outcome[f"{signal}/{method}"] is None and look.reject:
-                found[f"{signal}/{method}"] = horizon
-    if final is not None:
-        result = compare_rates(
-            final, alpha=ALPHA, sequential_share=SHARE, final=final, clustered=CLUSTERED[signal]
-        )
-        assert result.final is not None
-        if outcome[f"{signal}/after"] is None and result.final.reject:
-            found[f"{signal}/after"] = horizon
-        found[f"dispersion/{signal}"] = result.final.dispersion.phi
-    return found
+            break
+    return outcome
 
 
 # --- the latency gate (unchanged: measured, not fixed here) ------------------------------------
@@ -332,20 +404,6 @@ def shift(rho: float, ratio: float) -> float:
     return rho * ratio / (rho * ratio + 1 - rho)
 
 
-def mann_whitney_z(hist_c: Sequence[float], hist_s: Sequence[float]) -> float:
-    """One-sided z of "canary slower" from bucket counts, ties (same bucket) at 1/2."""
-    n_c, n_s = sum(hist_c), sum(hist_s)
-    total = n_c + n_s
-    u, below, ties = 0.0, 0.0, 0.0
-    for c, s in zip(hist_c, hist_s, strict=True):
-        u += c * (below + s / 2)
-        below += s
-        t = c + s
-        ties += t**3 - t
-    variance = n_c * n_s / 12 * ((total + 1) - ties / (total * (total - 1)))
-    return (u - n_c * n_s / 2) / math.sqrt(variance)
-
-
 def p95_flags(cum_c: list[float], cum_s: list[float]) -> bool:
     """compare_latency's p95 rule on cumulative bucket counts: the canary's lower bound at or
     above the target, or above ``max_ratio`` x stable's upper bound."""
@@ -376,7 +434,7 @@ def judge_latency(traffic: Traffic) -> Outcome:
         total = np.bincount(cell, minlength=len(ticks) * 2).astype(float)
         slow[pool] = np.cumsum(over.reshape(len(ticks), 2), axis=0)
         seen[pool] = np.cumsum(total.reshape(len(ticks), 2), axis=0)
-    outcome: Outcome = {"latency/fixed horizon": None, "latency/after": None}
+    outcome: Outcome = {"latency/fail": None}
     end_of_first = int(np.searchsorted(ticks, STEP_SECONDS))
     for i, t in enumerate(ticks):
         # The p95 bounds judge the window since the step began, as the gate asks for it.
@@ -398,14 +456,12 @@ def judge_latency(traffic: Traffic) -> Outcome:
             if segments and bound >= math.log(2 / ALPHA):
                 flagged = rate_ratio_test(segments, alpha=ALPHA / 2).reject
         if flagged:
-            outcome["latency/after"] = float(traffic.canary_sessions(t))
+            outcome["latency/fail"] = float(traffic.canary_sessions(t))
             break
-    final_c = np.diff(cumulative["canary"][-1], prepend=0).tolist()
-    final_s = np.diff(cumulative["stable"][-1], prepend=0).tolist()
-    if mann_whitney_z(final_c, final_s) > Z_ONE_SIDED:
-        outcome["latency/fixed horizon"] = float(traffic.canary_sessions(HORIZON))
-    outcome["latency/before"] = outcome["latency/after"]
     return outcome
+
+
+# --- running ---------------------------------------------------------------------------------
 
 
 # --- running ---------------------------------------------------------------------------------
@@ -418,11 +474,16 @@ def run_chunk(task: tuple[int, int, int, int, bool]) -> list[Outcome]:
     outcomes = []
     for i in range(first, first + count):
         rng = np.random.default_rng([seed, scenario_index, i])
-        traffic = simulate(scenario.conditions, scenario.canary, rng)
+        traffic = simulate(scenario.conditions, scenario.canary, rng, scenario.base)
         outcome: Outcome = {}
-        for signal in SIGNALS:
-            outcome.update(judge_rates(traffic, signal, check and i < first + 2))
-        outcome.update(judge_latency(traffic))
+        if scenario.kind == "silent":
+            outcome.update(judge_silent(traffic))
+        else:
+            for gate in scenario.gates:
+                if gate == "latency":
+                    outcome.update(judge_latency(traffic))
+                else:
+                    outcome.update(judge_rates(traffic, gate, check and i < first + 2))
         outcome["horizon"] = float(traffic.canary_sessions(HORIZON))
         outcomes.append(outcome)
     return outcomes
@@ -442,54 +503,182 @@ def wilson(successes: int, n: int) -> tuple[float, float]:
     return max(0.0, centre - half), min(1.0, centre + half)
 
 
-def rate_cell(delays: Sequence[float | None], null: bool) -> tuple[str, float]:
-    """A table cell: false-alarm rate (A/A) or median delay and detected share."""
-    hits = sum(d is not None for d in delays)
-    if null:
-        return f"{hits / len(delays):.1%}", hits / len(delays)
-    median = median_delay(delays)
-    shown = "never" if math.isinf(median) else f"{median:,.0f}"
-    return f"{shown} ({hits / len(delays):.0%})", median
+Results = list[tuple[Scenario, list[Outcome]]]
 
 
-def table(results: list[tuple[Scenario, list[Outcome]]]) -> str:
-    """Gates by scenario: fixed horizon, before, after and after/before."""
+def false_alarms(outcomes: list[Outcome], gate: str) -> tuple[float, float]:
+    """A gate's false-alarm rate over A/A rollouts and its Wilson upper 95% bound."""
+    hits = sum(o.get(f"{gate}/fail") is not None for o in outcomes)
+    return hits / len(outcomes), wilson(hits, len(outcomes))[1]
+
+
+def detection(outcomes: list[Outcome], gate: str) -> tuple[float, float]:
+    """Median canary sessions to the failure (a miss: never) and the share detected."""
+    delays = [o.get(f"{gate}/fail") for o in outcomes]
+    return median_delay(delays), sum(d is not None for d in delays) / len(delays)
+
+
+def passes(outcomes: list[Outcome], gate: str) -> tuple[float, float]:
+    """Shares of rollouts whose gate passed at the end of the 5% and of the 25% step."""
+    n = len(outcomes)
+    return (
+        sum(o.get(f"{gate}/pass5") == 1.0 for o in outcomes) / n,
+        sum(o.get(f"{gate}/pass25") == 1.0 for o in outcomes) / n,
+    )
+
+
+def _sessions(value: float) -> str:
+    return "never" if math.isinf(value) else f"{value:,.0f}"
+
+
+def aa_table(results: Results) -> str:
+    """False alarms per rollout (upper 95% bound) of every gate in every A/A scenario."""
     lines = [
         "",
-        "| scenario | gate | fixed horizon | before | after | after / before |",
-        "|---|---|---|---|---|---|",
+        "A/A: false alarms per rollout (Wilson upper 95% bound); goal <= 5%, bound <= 7.5%:",
+        "",
+        "| scenario | " + " | ".join(GATES) + " |",
+        "|---|" + "---|" * len(GATES),
     ]
     for scenario, outcomes in results:
-        null = scenario.regressed is None
-        for gate in GATES if null else (scenario.regressed or "",):
-            cells, values = [], []
-            for method in RATE_METHODS:
-                text, value = rate_cell([o.get(f"{gate}/{method}") for o in outcomes], null)
-                cells.append(text)
-                values.append(value)
-            before, after = values[1], values[2]
-            if before == 0 or math.isinf(before) or math.isinf(after):
-                ratio = "-" if before == after else ("never" if math.isinf(after) else "-")
-            else:
-                ratio = f"{after / before:.2f}x"
-            lines.append(f"| {scenario.name} | {gate} | {' | '.join(cells)} | {ratio} |")
+        if scenario.kind != "aa":
+            continue
+        cells = []
+        for gate in GATES:
+            rate, upper = false_alarms(outcomes, gate)
+            final = sum(o.get(f"{gate}/final") == 1.0 for o in outcomes) / len(outcomes)
+            cells.append(f"{rate:.1%} ({upper:.1%}; final {final:.1%})")
+        lines.append(f"| {scenario.name} | {' | '.join(cells)} |")
     return "\n".join(lines)
 
 
-def dispersion_table(results: list[tuple[Scenario, list[Outcome]]]) -> str:
-    """The dispersion the compare gate estimated at the horizon (median over rollouts)."""
+def detail_table(results: Results) -> str:
+    """Every other scenario, gate by gate."""
     lines = [
         "",
-        "Dispersion used by the final look (median, 10th-90th percentile):",
+        "Regressions, clean canaries and a silent canary, gate by gate (median canary sessions"
+        " to the failure over all runs, a miss counting as never; share detected; share passed"
+        " at the end of the 5% and of the 25% step):",
         "",
-        "| scenario | timeouts | schema | escalation |",
-        "|---|---|---|---|",
+        "| scenario | gate | median sessions to fail | detected | passed at 5% end | at 25% end |",
+        "|---|---|---|---|---|---|",
     ]
     for scenario, outcomes in results:
-        if scenario.regressed is not None:
+        if scenario.kind == "aa":
+            continue
+        if scenario.kind == "silent":
+            paused = [o["silent/paused"] for o in outcomes if o.get("silent/paused") is not None]
+            router = sum(o.get("silent/router") == 1.0 for o in outcomes)
+            shown = f"{max(paused) / 60:.1f} min at most" if paused else "never"
+            lines.append(
+                f"| {scenario.name} | escalation | paused after {shown} | "
+                f"{len(paused) / len(outcomes):.0%} | reason names the router in "
+                f"{router / len(outcomes):.0%} | - |"
+            )
+            continue
+        for gate in scenario.gates:
+            median, share = detection(outcomes, gate)
+            five, twenty_five = passes(outcomes, gate)
+            lines.append(
+                f"| {scenario.name} | {gate} | {_sessions(median)} | {share:.1%} | "
+                f"{five:.1%} | {twenty_five:.1%} |"
+            )
+    return "\n".join(lines)
+
+
+def _find(results: Results, prefix: str) -> list[tuple[Scenario, list[Outcome]]]:
+    return [(s, o) for s, o in results if s.name.startswith(prefix)]
+
+
+def goals_table(results: Results) -> str:
+    """The goals, each with the figure measured in this run and whether it is met."""
+    rows: list[tuple[str, str, str, bool]] = []
+    aa = [(s, o) for s, o in results if s.kind == "aa"]
+    if aa:
+        worst = max(
+            ((false_alarms(o, g), s.name, g) for s, o in aa for g in GATES), key=lambda x: x[0]
+        )
+        (rate, upper), name, gate = worst
+        rows.append(
+            (
+                "A/A, every scenario",
+                "<= 5%, upper 95% bound <= 7.5%",
+                f"worst {rate:.1%} (bound {upper:.1%}): {gate}, {name}",
+                rate <= ALPHA and upper <= 1.5 * ALPHA,
+            )
+        )
+    for s, o in _find(results, "clean canary"):
+        for gate in s.gates:
+            five, twenty_five = passes(o, gate)
+            rows.append(
+                (
+                    f"{s.name}: {gate}",
+                    "passes by each step's end in >= 95%",
+                    f"5% step {five:.1%}, 25% step {twenty_five:.1%}",
+                    min(five, twenty_five) >= 0.95,
+                )
+            )
+    for prefix, gates, median_goal, share_goal in (
+        ("stable 0%, canary 1% timeouts", TIMEOUT_GATES, 400, 0.0),
+        ("timeouts 1%->5%", TIMEOUT_GATES, 150, 0.99),
+        ("schema 0.3%->1%", SCHEMA_GATES, 250, 0.95),
+    ):
+        for s, o in _find(results, prefix):
+            for gate in gates:
+                median, share = detection(o, gate)
+                goal = f"median <= {median_goal}" + (f", >= {share_goal:.0%}" if share_goal else "")
+                rows.append(
+                    (
+                        f"{s.name}: {gate}",
+                        goal,
+                        f"{_sessions(median)} ({share:.1%})",
+                        median <= median_goal and share >= share_goal,
+                    )
+                )
+    for s, o in _find(results, "escalation 5%->6%"):
+        _, share = detection(o, "escalation")
+        rows.append((s.name, ">= 80% by the end of the 25% step", f"{share:.1%}", share >= 0.8))
+    for s, o in _find(results, "canary receives no traffic"):
+        paused = [x["silent/paused"] for x in o if x.get("silent/paused") is not None]
+        router = sum(x.get("silent/router") == 1.0 for x in o)
+        window = 300 + 10 * 30  # the gate's window + max_inconclusive step-gate ticks
+        worst = max(paused) if paused else math.inf
+        rows.append(
+            (
+                s.name,
+                "paused within the window + limit (10 min), reason names the router",
+                f"paused in {len(paused) / len(o):.0%}, at most {worst / 60:.1f} min; router "
+                f"named in {router / len(o):.0%}",
+                len(paused) == len(o) and worst <= window and router == len(o),
+            )
+        )
+    lines = [
+        "",
+        "Goals:",
+        "",
+        "| scenario | goal | measured | met |",
+        "|---|---|---|---|",
+    ]
+    lines += [f"| {a} | {b} | {c} | {'yes' if ok else 'no'} |" for a, b, c, ok in rows]
+    return "\n".join(lines)
+
+
+def dispersion_table(results: Results) -> str:
+    """The dispersion the final look used at the horizon (median over rollouts)."""
+    clustered = [g for g in SIGNALS if CLUSTERED[g]]
+    lines = [
+        "",
+        "Dispersion used by the final look of the per-request gates (median, 10th-90th"
+        " percentile):",
+        "",
+        "| scenario | " + " | ".join(clustered) + " |",
+        "|---|" + "---|" * len(clustered),
+    ]
+    for scenario, outcomes in results:
+        if scenario.kind != "aa":
             continue
         cells = []
-        for signal in SIGNALS:
+        for signal in clustered:
             values = sorted(v for o in outcomes if (v := o.get(f"dispersion/{signal}")) is not None)
             if not values:
                 cells.append("-")
@@ -499,8 +688,6 @@ def dispersion_table(results: list[tuple[Scenario, list[Outcome]]]) -> str:
         lines.append(f"| {scenario.name} | {' | '.join(cells)} |")
     return "\n".join(lines)
 
-
-# --- the suite ---------------------------------------------------------------------------------
 
 SUITE_CASES, SUITE_RUNS, SUITE_LOOKS, MARGIN = 300, 11, 2, 0.01
 SUITE_CELLS = (
@@ -598,8 +785,6 @@ def parameters(args: argparse.Namespace) -> str:
             " on 2 canary and 3 stable replicas",
             f"- latency lognormal, median {LATENCY_MEDIAN} s, sigma {LATENCY_SIGMA}; target"
             f" {P95_TARGET:.2f} s, max_ratio {MAX_RATIO}",
-            "- cells: A/A rows false-alarm rate per rollout; regression rows median canary"
-            " sessions to the failure over all runs (share of runs detected)",
         ]
     )
 
@@ -613,11 +798,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--seed", type=int, default=6)
     parser.add_argument("--only", help="run only scenarios whose name contains this")
     parser.add_argument("--check", action="store_true", help="judge every tick, assert screens")
+    parser.add_argument("--no-suite", action="store_true", help="leave out the suite rules")
     args = parser.parse_args(argv)
     print(parameters(args))
     started = time.monotonic()
     chunk = max(1, min(50, args.rollouts // (4 * args.jobs) or 1))
-    results = []
+    results: Results = []
     with multiprocessing.Pool(args.jobs) as pool:
         for index, scenario in enumerate(SCENARIOS):
             if args.only and args.only not in scenario.name:
@@ -635,9 +821,12 @@ def main(argv: Sequence[str] | None = None) -> int:
                 file=sys.stderr,
                 flush=True,
             )
-    print(table(results))
+    print(goals_table(results))
+    print(aa_table(results))
+    print(detail_table(results))
     print(dispersion_table(results))
-    print(suite_table(args.suite_rollouts, args.seed, args.check))
+    if not args.no_suite:
+        print(suite_table(args.suite_rollouts, args.seed, args.check))
     print(f"\n{args.jobs} jobs, {time.monotonic() - started:.0f} s")
     return 0
 

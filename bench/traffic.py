@@ -9,8 +9,10 @@ so its turns share a fate. Load may swing per minute on both pools together, whi
 arrivals, failure rates and latency, and the second step may be busier than the first.
 
 Every replica exports counters (requests, timeouts, tool calls, schema violations,
-sessions, escalations) scraped every 15 s at its own offset; a restart sets a replica's
-counters back to zero, and a scrape gap leaves no sample. Counts over a window are what
+sessions, escalations, and the gateway's once-per-session counts: sessions with a timeout
+and sessions with a schema violation, each counted at its first such turn) scraped every
+15 s at its own offset; a restart sets a replica's counters back to zero, and a scrape gap
+leaves no sample. Counts over a window are what
 ``sum(increase(x[w]))`` answers: per series, the difference of the first and last samples
 in ``(t - w, t]`` with every drop read as a reset, extrapolated to the window's edges as
 Prometheus' ``extrapolatedRate`` does, summed over the pool's series and rounded as rolloutd
@@ -40,10 +42,21 @@ REPLICAS = {"canary": 2, "stable": 3}
 BASE = {"timeouts": 0.01, "schema": 0.003, "escalation": 0.05}
 LATENCY_MEDIAN, LATENCY_SIGMA = 2.0, 0.5
 BOUNDS = np.array([0.25 * 2 ** (i / 8) for i in range(57)])  # native-histogram-like buckets
-COUNTERS = ("requests", "timeouts", "tool_calls", "violations", "sessions", "escalations")
+COUNTERS = (
+    "requests",
+    "timeouts",
+    "tool_calls",
+    "violations",
+    "sessions",
+    "escalations",
+    "sessions_timed_out",
+    "sessions_violated",
+)
 SIGNALS = {  # signal -> (events counter, exposure counter)
     "timeouts": ("timeouts", "requests"),
     "schema": ("violations", "tool_calls"),
+    "session timeouts": ("sessions_timed_out", "sessions"),
+    "session schema": ("sessions_violated", "sessions"),
     "escalation": ("escalations", "sessions"),
 }
 
@@ -148,14 +161,21 @@ def increase(series: Series, start: Array, end: Array) -> tuple[Array, Array, Ar
 
 def _beta_probabilities(rng: np.random.Generator, mean: float, icc: float, n: int) -> Array:
     """Per-session probabilities with mean ``mean`` and intra-session correlation ``icc``."""
-    if icc <= 0:
+    if icc <= 0 or mean <= 0:
         return np.full(n, mean)
     concentration = (1 - icc) / icc
     return rng.beta(mean * concentration, (1 - mean) * concentration, n)
 
 
-def simulate(conditions: Conditions, canary: Canary, rng: np.random.Generator) -> Traffic:
-    """One rollout of traffic under ``conditions`` with ``canary``'s differences."""
+def simulate(
+    conditions: Conditions,
+    canary: Canary,
+    rng: np.random.Generator,
+    base: dict[str, float] | None = None,
+) -> Traffic:
+    """One rollout of traffic under ``conditions`` with ``canary``'s differences; ``base``
+    replaces stable's rates (:data:`BASE` by default)."""
+    base = BASE | (base or {})
     minutes = math.ceil(HORIZON / 60)
     load = np.ones(minutes + TURNS)
     if conditions.load_swing:
@@ -173,14 +193,18 @@ def simulate(conditions: Conditions, canary: Canary, rng: np.random.Generator) -
     )
 
     def per_session(signal: str, changed: float | None) -> Array:
-        p = _beta_probabilities(rng, BASE[signal], conditions.icc, n)
+        p = _beta_probabilities(rng, base[signal], conditions.icc, n)
         if changed is not None:
             p = np.where(on_canary, _beta_probabilities(rng, changed, conditions.icc, n), p)
         return p
 
     timeout_p = per_session("timeouts", canary.timeouts)
     schema_p = per_session("schema", canary.schema)
-    escalation_p = np.where(on_canary, canary.escalation or BASE["escalation"], BASE["escalation"])
+    escalation_p = np.where(
+        on_canary,
+        base["escalation"] if canary.escalation is None else canary.escalation,
+        base["escalation"],
+    )
     level = rng.normal(0, LATENCY_SIGMA * math.sqrt(conditions.icc), n)
 
     turn = np.arange(TURNS) * TURN_SECONDS
@@ -200,17 +224,16 @@ def simulate(conditions: Conditions, canary: Canary, rng: np.random.Generator) -
 
     canary_turn = on_canary[session]
     scale = np.where(canary_turn, canary.latency_scale, 1.0) * np.sqrt(pressure)
-    noise = rng.normal(0, LATENCY_SIGMA * math.sqrt(1 - conditions.icc), len(times))
-    latency = LATENCY_MEDIAN * scale * np.exp(level[session] + noise)
+    latency = (
+        LATENCY_MEDIAN
+        * scale
+        * np.exp(
+            level[session]
+            + rng.normal(0, LATENCY_SIGMA * math.sqrt(1 - conditions.icc), len(times))
+        )
+    )
 
-    events = {
-        "requests": np.ones(len(times), dtype=bool),
-        "timeouts": timed_out,
-        "tool_calls": ~timed_out,  # an answered request makes one tool call
-        "violations": violated & ~timed_out,
-        "sessions": index == 0,
-        "escalations": escalated,
-    }
+    events = _events(session, index, timed_out, violated, escalated)
     restart_at: float | None = None
     if conditions.restart:
         restart_at = float(rng.uniform(0.2, 0.8) * STEP_SECONDS + STEP_SECONDS * rng.integers(2))
@@ -233,6 +256,38 @@ def simulate(conditions: Conditions, canary: Canary, rng: np.random.Generator) -
         for pool, mask in (("canary", canary_turn), ("stable", ~canary_turn))
     }
     return Traffic(series, starts[on_canary], latencies)
+
+
+def _events(
+    session: NDArray[np.int64],
+    index: NDArray[np.int64],
+    timed_out: NDArray[np.bool_],
+    violated: NDArray[np.bool_],
+    escalated: NDArray[np.bool_],
+) -> dict[str, NDArray[np.bool_]]:
+    """Which turns each counter counts."""
+    violations = violated & ~timed_out
+    return {
+        "requests": np.ones(len(session), dtype=bool),
+        "timeouts": timed_out,
+        "tool_calls": ~timed_out,  # an answered request makes one tool call
+        "violations": violations,
+        "sessions": index == 0,
+        "escalations": escalated,
+        "sessions_timed_out": _first_of_session(session, timed_out),
+        "sessions_violated": _first_of_session(session, violations),
+    }
+
+
+def _first_of_session(session: NDArray[np.int64], happened: NDArray[np.bool_]) -> NDArray[np.bool_]:
+    """The turns that are their session's first with ``happened`` (turns in time order within
+    each session, sessions in order): the gateway counts such a session once, then."""
+    first = np.zeros(len(session), dtype=bool)
+    where = np.flatnonzero(happened)
+    if len(where):
+        _, index = np.unique(session[where], return_index=True)
+        first[where[index]] = True
+    return first
 
 
 def _scrape_times(rng: np.random.Generator, long_gap: bool) -> Array:

@@ -165,10 +165,10 @@ def test_an_estimated_dispersion_widens_the_look_with_students_t() -> None:
     bound at 1 leaves the binomial variance and the normal quantile."""
     blocks = [Tally(40, 1000, 470, 19000), Tally(30, 1000, 480, 19000)]
     wide = stratified_test([blocks], alpha=0.04, dispersion=Dispersion(8.0, 4.0, 5))
-    plain = stratified_test([blocks], alpha=0.04, dispersion=Dispersion(2.0, 4.0, 5))
+    plain = stratified_test([blocks], alpha=0.04, dispersion=Dispersion(1.0, 4.0, 5))
     assert plain.statistic > 2 and plain.dispersion.phi == 1.0
-    # Pearson 8 on 4 df: the 60% bound is 8 over chi-square's 40% quantile on 4 df (2.753).
-    assert wide.dispersion.phi == pytest.approx(8.0 / 2.753, rel=0.02)
+    # Pearson 8 on 4 df: the 80% bound is 8 over chi-square's 20% quantile on 4 df (1.649).
+    assert wide.dispersion.phi == pytest.approx(8.0 / 1.649, rel=0.02)
     assert wide.statistic == pytest.approx(plain.statistic / math.sqrt(wide.dispersion.phi))
     assert wide.critical == pytest.approx(student_t_quantile(0.96, 4.0))
     assert plain.critical == pytest.approx(1.750686, abs=1e-5)
