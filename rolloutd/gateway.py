@@ -19,6 +19,11 @@ file. What counts, in one place (``request_finished`` and friends repeat it wher
 - The histograms observe *answered* requests only: a failed request has no answer to measure,
   and a timeout's duration is the deadline, which would drag the latency quantile towards it
   and count again what the timeout rate already judges.
+- ``agent_session_timeouts_total`` and ``agent_session_schema_violations_total`` count a
+  session once, at its first timed-out request or schema-violating tool call, on the pool
+  that counted it in ``agent_sessions_total``. A session's turns share a fate, so request
+  counts cluster by session; counted once per session against the sessions started, each
+  session is one binomial trial. The exporter counts them only for calls given ``session=``.
 - Both pools' series exist from the start at 0, so a pool without events reads as a live
   zero, never as an absent series (which the gates treat as "no data", inconclusive).
 """
@@ -26,6 +31,8 @@ file. What counts, in one place (``request_finished`` and friends repeat it wher
 from __future__ import annotations
 
 import math
+import threading
+from collections import OrderedDict
 from collections.abc import Sequence
 from dataclasses import dataclass
 from itertools import pairwise
@@ -39,6 +46,8 @@ UNKNOWN_POOL = "unknown"
 """The pool of a request that failed before any pool answered it; no gate reads it."""
 
 Outcome = Literal["ok", "timeout", "error"]
+SESSION_MEMORY = 100_000
+"""How many sessions the reference exporter remembers for its once-per-session counts."""
 
 
 @dataclass(frozen=True)
@@ -84,6 +93,20 @@ ESCALATIONS = MetricSpec(
     "counter",
     "Sessions handed over to a human.",
     "a session handed over to a human, once, on the pool that counted it in "
+    "agent_sessions_total (a session a weight change moved keeps its first pool)",
+)
+SESSION_TIMEOUTS = MetricSpec(
+    "agent_session_timeouts_total",
+    "counter",
+    "Sessions with at least one timed-out model request.",
+    "a session, once, at its first timed-out model request, on the pool that counted it in "
+    "agent_sessions_total (a session a weight change moved keeps its first pool)",
+)
+SESSION_SCHEMA_VIOLATIONS = MetricSpec(
+    "agent_session_schema_violations_total",
+    "counter",
+    "Sessions with at least one tool call that violates its schema.",
+    "a session, once, at its first schema-violating tool call, on the pool that counted it in "
     "agent_sessions_total (a session a weight change moved keeps its first pool)",
 )
 TOOL_CALLS = MetricSpec(
@@ -138,6 +161,8 @@ REQUEST_TOKENS = MetricSpec(
 COUNTERS: tuple[MetricSpec, ...] = (
     SESSIONS,
     ESCALATIONS,
+    SESSION_TIMEOUTS,
+    SESSION_SCHEMA_VIOLATIONS,
     TOOL_CALLS,
     SCHEMA_VIOLATIONS,
     REQUESTS,
@@ -218,10 +243,20 @@ def _shape_problem(bounds: Sequence[float]) -> str | None:
 class GatewayMetrics:
     """The contract's series on a prometheus_client registry, and the calls that count them.
 
-    Thread-safe (prometheus_client's metrics are). Every method takes the pool that answered
-    (``stable`` or ``canary``, from the router's pool header), or ``unknown`` when none did.
-    Besides the contract's series, prometheus_client exports a ``<name>_created`` gauge per
-    series; the gates ignore them (``PROMETHEUS_DISABLE_CREATED_SERIES=True`` drops them).
+    Thread-safe (prometheus_client's metrics are, and the session memory has a lock). Every
+    method takes the pool that answered (``stable`` or ``canary``, from the router's pool
+    header), or ``unknown`` when none did. Besides the contract's series, prometheus_client
+    exports a ``<name>_created`` gauge per series; the gates ignore them
+    (``PROMETHEUS_DISABLE_CREATED_SERIES=True`` drops them).
+
+    The once-per-session counters (session timeouts, session schema violations) need the
+    session's id, passed as ``session=``: the exporter remembers each session's first pool
+    (the one ``session_started`` gave, else the first it was called with) and which of the
+    two it has counted, for the ``max_sessions`` sessions used most recently. The bound: a
+    session is forgotten only after ``max_sessions`` other sessions (100,000 by default)
+    have been seen since its last call, and only then can a later timeout or violation of it
+    count a second time (on that later call's pool). Calls without ``session=`` count
+    everything else and never these two.
     """
 
     def __init__(
@@ -230,11 +265,16 @@ class GatewayMetrics:
         *,
         duration_buckets: Sequence[float] = DURATION_BUCKETS,
         token_buckets: Sequence[float] = TOKEN_BUCKETS,
+        max_sessions: int = SESSION_MEMORY,
     ) -> None:
-        """Register the contract's metrics on ``registry`` (a fresh one by default).
+        """Register the contract's metrics on ``registry`` (a fresh one by default), and
+        remember up to ``max_sessions`` sessions for the once-per-session counts.
 
-        :raises ValueError: a bucket list is empty, not ascending or not finite.
+        :raises ValueError: a bucket list is empty, not ascending or not finite, or
+            ``max_sessions`` is below 1.
         """
+        if max_sessions < 1:
+            raise ValueError(f"max_sessions must be at least 1, not {max_sessions}")
         for which, bounds in (("duration", duration_buckets), ("token", token_buckets)):
             problem = _shape_problem(bounds)
             if problem is not None:
@@ -250,10 +290,23 @@ class GatewayMetrics:
             for metric in (*self._counters.values(), self._duration, self._tokens):
                 metric.labels(pool=pool)
         self._exporter: Exporter | None = None
+        self.max_sessions = max_sessions
+        # Least recently used first: the oldest entry is the one to forget.
+        self._sessions: OrderedDict[str, _Session] = OrderedDict()
+        self._sessions_lock = threading.Lock()
 
-    def session_started(self, pool: str) -> None:
-        """Count a session, once, when its first model request finishes (the pool is known)."""
-        self._count(SESSIONS, pool)
+    def session_started(self, pool: str, *, session: str | None = None) -> None:
+        """Count a session, once, when its first model request finishes (the pool is known).
+
+        With ``session=``, that pool becomes the session's first pool, on which its
+        once-per-session counts land; call this no later than that request's
+        :meth:`request_finished`, or the first pool is the one that call saw.
+        """
+        label = _pool(pool)
+        self._count(SESSIONS, label)
+        if session is not None:
+            with self._sessions_lock:
+                self._remember(session, label).pool = label
 
     def escalated(self, pool: str) -> None:
         """Count a session handed over to a human, on the pool it was counted on by
@@ -261,12 +314,21 @@ class GatewayMetrics:
         first pool, or the escalation rate would mix two pools' sessions."""
         self._count(ESCALATIONS, pool)
 
-    def tool_call(self, pool: str, *, schema_ok: bool) -> None:
+    def tool_call(self, pool: str, *, schema_ok: bool, session: str | None = None) -> None:
         """Count one tool call of an answered request; ``schema_ok=False`` when it names a tool
-        not offered, or its arguments are not JSON or violate the tool's schema."""
-        self._count(TOOL_CALLS, pool)
+        not offered, or its arguments are not JSON or violate the tool's schema.
+
+        With ``session=``, the session's first violating call also counts the session, once,
+        in ``agent_session_schema_violations_total`` on the session's first pool.
+        """
+        label = _pool(pool)
+        self._count(TOOL_CALLS, label)
         if not schema_ok:
-            self._count(SCHEMA_VIOLATIONS, pool)
+            self._count(SCHEMA_VIOLATIONS, label)
+        if session is not None:
+            self._count_session(
+                session, label, SESSION_SCHEMA_VIOLATIONS if not schema_ok else None
+            )
 
     def request_finished(
         self,
@@ -276,13 +338,15 @@ class GatewayMetrics:
         duration_s: float | None = None,
         prompt_tokens: int | None = None,
         output_tokens: int | None = None,
+        session: str | None = None,
     ) -> None:
         """Count one finished model request and, if answered, observe its duration and tokens.
 
         Every outcome counts in ``agent_requests_total``; ``timeout`` also in timeouts, ``error``
         in errors. For ``ok`` the duration is required and the tokens are observed when both
         are known (a streamed answer has usage only if the gateway asked for it); for the
-        others they are ignored.
+        others they are ignored. With ``session=``, the session's first ``timeout`` also
+        counts the session, once, in ``agent_session_timeouts_total`` on its first pool.
 
         :raises ValueError: an unknown outcome or pool, an ``ok`` without a duration, or a
             negative duration or token count.
@@ -294,15 +358,18 @@ class GatewayMetrics:
         if failure is not None:
             self._counters[REQUESTS.name].labels(pool=label).inc()
             self._counters[failure.name].labels(pool=label).inc()
-            return
-        if duration_s is None:
-            raise ValueError("an answered request needs its duration_s")
-        if duration_s < 0 or any(n is not None and n < 0 for n in (prompt_tokens, output_tokens)):
-            raise ValueError("durations and token counts cannot be negative")
-        self._counters[REQUESTS.name].labels(pool=label).inc()
-        self._duration.labels(pool=label).observe(duration_s)
-        if prompt_tokens is not None and output_tokens is not None:
-            self._tokens.labels(pool=label).observe(prompt_tokens + output_tokens)
+        else:
+            if duration_s is None:
+                raise ValueError("an answered request needs its duration_s")
+            tokens = (prompt_tokens, output_tokens)
+            if duration_s < 0 or any(n is not None and n < 0 for n in tokens):
+                raise ValueError("durations and token counts cannot be negative")
+            self._counters[REQUESTS.name].labels(pool=label).inc()
+            self._duration.labels(pool=label).observe(duration_s)
+            if prompt_tokens is not None and output_tokens is not None:
+                self._tokens.labels(pool=label).observe(prompt_tokens + output_tokens)
+        if session is not None:
+            self._count_session(session, label, SESSION_TIMEOUTS if failure is TIMEOUTS else None)
 
     def serve(self, port: int, addr: str = "127.0.0.1") -> str:
         """Export ``/metrics`` on ``addr:port`` (0: a free port) in a thread; returns the URL.
@@ -322,6 +389,38 @@ class GatewayMetrics:
 
     def _count(self, spec: MetricSpec, pool: str) -> None:
         self._counters[spec.name].labels(pool=_pool(pool)).inc()
+
+    def _count_session(self, session: str, pool: str, fact: MetricSpec | None) -> None:
+        """Remember ``session`` (first seen on ``pool``) and count ``fact``, if given, once
+        per session, on the session's first pool."""
+        with self._sessions_lock:
+            facts = self._remember(session, pool)
+            if fact is None or fact.name in facts.counted:
+                return
+            facts.counted = (*facts.counted, fact.name)
+            first = facts.pool
+        self._counters[fact.name].labels(pool=first).inc()
+
+    def _remember(self, session: str, pool: str) -> _Session:
+        """The session's facts, most recently used now; a new one starts on ``pool``. Call
+        with the sessions lock held."""
+        facts = self._sessions.get(session)
+        if facts is not None:
+            self._sessions.move_to_end(session)
+            return facts
+        facts = self._sessions[session] = _Session(pool)
+        if len(self._sessions) > self.max_sessions:
+            self._sessions.popitem(last=False)
+        return facts
+
+
+@dataclass(slots=True)
+class _Session:
+    """What the exporter remembers of one session: its first pool and what it counted."""
+
+    pool: str
+    # A tuple, not a set: at most two names, and 100,000 empty sets would weigh 20 MB.
+    counted: tuple[str, ...] = ()
 
 
 class Exporter:

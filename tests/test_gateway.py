@@ -26,6 +26,10 @@ from rolloutd.gateway import (
     REQUEST_TOKENS,
     REQUESTS,
     SCHEMA_VIOLATIONS,
+    SESSION_MEMORY,
+    SESSION_SCHEMA_VIOLATIONS,
+    SESSION_TIMEOUTS,
+    SESSIONS,
     TIMEOUTS,
     TOKEN_BUCKETS,
     TOOL_CALLS,
@@ -235,6 +239,139 @@ def test_a_request_no_pool_answered_counts_under_unknown() -> None:
     metrics.request_finished("unknown", outcome="error")
     assert value(metrics, ERRORS.name, "unknown") == 1
     assert value(metrics, ERRORS.name, "canary") == value(metrics, ERRORS.name, "stable") == 0
+
+
+# --- once per session ----------------------------------------------------------------------------
+
+
+def session_counts(metrics: GatewayMetrics) -> dict[tuple[str, str], float]:
+    """The two once-per-session counters on both pools: (short name, pool) -> value."""
+    return {
+        (short, pool): value(metrics, spec.name, pool)
+        for short, spec in (
+            ("timeouts", SESSION_TIMEOUTS),
+            ("violations", SESSION_SCHEMA_VIOLATIONS),
+        )
+        for pool in ("stable", "canary")
+    }
+
+
+def test_the_session_series_exist_at_zero_on_both_pools_from_the_start() -> None:
+    """A fresh exporter has both once-per-session counters on stable and canary, at 0."""
+    metrics = GatewayMetrics()
+    assert set(session_counts(metrics).values()) == {0.0}
+    assert {SESSION_TIMEOUTS, SESSION_SCHEMA_VIOLATIONS} <= set(COUNTERS)
+
+
+def test_a_session_with_three_timeouts_counts_once() -> None:
+    """Three timed-out requests of one session are three timeouts and one session timeout."""
+    metrics = GatewayMetrics()
+    before = counts(metrics)
+    metrics.session_started("canary", session="s-1")
+    for _ in range(3):
+        metrics.request_finished("canary", outcome="timeout", session="s-1")
+    assert changed(before, counts(metrics)) == {
+        SESSIONS.name: 1,
+        REQUESTS.name: 3,
+        TIMEOUTS.name: 3,
+        SESSION_TIMEOUTS.name: 1,
+    }
+
+
+def test_a_session_with_several_violating_tool_calls_counts_once() -> None:
+    """Violating tool calls each count as violations; their session counts once."""
+    metrics = GatewayMetrics()
+    before = counts(metrics)
+    metrics.session_started("canary", session="s-1")
+    for schema_ok in (True, False, False, True, False):
+        metrics.tool_call("canary", schema_ok=schema_ok, session="s-1")
+    assert changed(before, counts(metrics)) == {
+        SESSIONS.name: 1,
+        TOOL_CALLS.name: 5,
+        SCHEMA_VIOLATIONS.name: 3,
+        SESSION_SCHEMA_VIOLATIONS.name: 1,
+    }
+
+
+def test_a_moved_session_counts_on_its_first_pool() -> None:
+    """A session started on stable whose later requests the canary answers counts its first
+    timeout and first violation on stable, while the requests themselves count on canary."""
+    metrics = GatewayMetrics()
+    metrics.session_started("stable", session="s-1")
+    metrics.request_finished("stable", outcome="ok", duration_s=1.0, session="s-1")
+    metrics.request_finished("canary", outcome="timeout", session="s-1")
+    metrics.tool_call("canary", schema_ok=False, session="s-1")
+    assert session_counts(metrics) == {
+        ("timeouts", "stable"): 1,
+        ("timeouts", "canary"): 0,
+        ("violations", "stable"): 1,
+        ("violations", "canary"): 0,
+    }
+    assert value(metrics, TIMEOUTS.name, "canary") == 1
+    assert value(metrics, SCHEMA_VIOLATIONS.name, "canary") == 1
+
+
+def test_without_session_started_the_first_pool_seen_is_the_sessions() -> None:
+    """A session never passed to session_started counts on the pool of its first call."""
+    metrics = GatewayMetrics()
+    metrics.tool_call("canary", schema_ok=True, session="s-1")
+    metrics.request_finished("stable", outcome="timeout", session="s-1")
+    assert session_counts(metrics)[("timeouts", "canary")] == 1
+    assert session_counts(metrics)[("timeouts", "stable")] == 0
+
+
+def test_calls_without_a_session_never_count_the_session_series() -> None:
+    """Without session= timeouts and violations count per request, and sessions not at all."""
+    metrics = GatewayMetrics()
+    metrics.session_started("canary")
+    metrics.request_finished("canary", outcome="timeout")
+    metrics.tool_call("canary", schema_ok=False)
+    assert value(metrics, TIMEOUTS.name, "canary") == 1
+    assert value(metrics, SCHEMA_VIOLATIONS.name, "canary") == 1
+    assert set(session_counts(metrics).values()) == {0.0}
+
+
+def test_sessions_are_counted_apart() -> None:
+    """Two sessions that each time out count two session timeouts, each on its own pool."""
+    metrics = GatewayMetrics()
+    metrics.session_started("stable", session="s-1")
+    metrics.session_started("canary", session="s-2")
+    for session in ("s-1", "s-2", "s-1", "s-2"):
+        metrics.request_finished("canary", outcome="timeout", session=session)
+    assert session_counts(metrics)[("timeouts", "stable")] == 1
+    assert session_counts(metrics)[("timeouts", "canary")] == 1
+
+
+def test_the_session_memory_forgets_the_least_recently_used_beyond_its_bound() -> None:
+    """With room for two sessions, a third forgets the one used least recently, which alone
+    can then count again; the default bound is 100,000 sessions."""
+    assert SESSION_MEMORY == 100_000
+    assert GatewayMetrics().max_sessions == SESSION_MEMORY
+    metrics = GatewayMetrics(max_sessions=2)
+    for session in ("old", "kept"):
+        metrics.request_finished("stable", outcome="timeout", session=session)
+    metrics.request_finished("stable", outcome="timeout", session="old")  # now the newest
+    metrics.request_finished("stable", outcome="timeout", session="third")  # forgets "kept"
+    assert value(metrics, SESSION_TIMEOUTS.name, "stable") == 3
+    metrics.request_finished("stable", outcome="timeout", session="old")
+    assert value(metrics, SESSION_TIMEOUTS.name, "stable") == 3
+    metrics.request_finished("stable", outcome="timeout", session="kept")
+    assert value(metrics, SESSION_TIMEOUTS.name, "stable") == 4
+
+
+def test_a_session_memory_below_one_is_refused() -> None:
+    """max_sessions=0 would forget every session at once, so it is refused."""
+    with pytest.raises(ValueError, match="max_sessions must be at least 1"):
+        GatewayMetrics(max_sessions=0)
+
+
+def test_a_bad_call_with_a_session_remembers_nothing() -> None:
+    """A refused call neither counts the session nor makes its pool the session's first."""
+    metrics = GatewayMetrics()
+    with pytest.raises(ValueError, match="needs its duration_s"):
+        metrics.request_finished("canary", outcome="ok", session="s-1")
+    metrics.request_finished("stable", outcome="timeout", session="s-1")
+    assert session_counts(metrics)[("timeouts", "stable")] == 1
 
 
 def test_serve_exports_the_registry_over_http_until_closed() -> None:

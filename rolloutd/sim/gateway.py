@@ -4,8 +4,11 @@ Engines cannot tell a session from a request, a human escalation from a goodbye,
 call that breaks its schema: the agent gateway can. The traffic generator plays the gateway
 and counts here; ``serve()`` exports the counters for Prometheus as
 ``agent_sessions_total{pool}``, ``agent_escalations_total{pool}``,
-``agent_tool_calls_total{pool}``, ``agent_schema_violations_total{pool}`` (and requests,
-timeouts, errors as the client saw them).
+``agent_tool_calls_total{pool}``, ``agent_schema_violations_total{pool}``, the sessions
+with a timeout or a schema violation (``agent_session_timeouts_total{pool}``,
+``agent_session_schema_violations_total{pool}``, once per session: the generator knows its
+sessions, so it needs none of the reference exporter's session memory) and requests,
+timeouts, errors as the client saw them.
 
 It also keeps two histograms per pool that stock engines lack: the end-to-end duration of
 each answered model request (``agent_request_duration_seconds``; stock Triton has only a

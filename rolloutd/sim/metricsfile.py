@@ -34,6 +34,8 @@ SIGNALS: tuple[str, ...] = (
     "oom_events",
     "schema_violation_rate",
     "escalation_rate",
+    "session_timeout_rate",
+    "session_schema_violation_rate",
     "e2e_latency_p95",
     "ttft_p95",
     "queue_time_p95",

@@ -9,8 +9,11 @@ or before ``now - w`` (before the first snapshot: everything since the fleet sta
 Signals: ``queue_timeout_rate``, ``error_rate`` (samples: requests), ``oom_events``
 (OOM crashes of the pool's replicas), ``schema_violation_rate`` (samples: tool calls),
 ``escalation_rate`` (samples: sessions), ``escalations`` (count; ``raw`` has both pools),
-quantiles ``e2e_latency_p95`` (``e2e_latency`` = p95), ``ttft_p95``, ``queue_time_p95``
-(seconds; samples: completed requests), ``sequence_tokens_p99`` (prompt+output),
+likewise the sessions with a timeout or a schema violation, once per session
+(``session_timeout_rate``, ``session_timeouts``, ``session_schema_violation_rate``,
+``session_schema_violations``), quantiles ``e2e_latency_p95`` (``e2e_latency`` = p95),
+``ttft_p95``, ``queue_time_p95`` (seconds; samples: completed requests),
+``sequence_tokens_p99`` (prompt+output),
 ``prompt_tokens_p99``, ``kv_cache_usage`` (max over the pool's replicas) and ``requests``.
 No traffic in the window is a ``MeasurementError``, never a zero.
 
@@ -43,6 +46,15 @@ _QUANTILE = re.compile(
     r"^(e2e_latency|ttft|queue_time|sequence_tokens|prompt_tokens)(?:_p(\d{1,2}(?:\.\d+)?))?$"
 )
 _DEFAULT_Q = {"e2e_latency": 95.0, "ttft": 95.0, "queue_time": 95.0}
+# The once-per-session signals, exposure sessions: the gateway counter each one counts.
+_PER_SESSION = {
+    "escalation_rate": "escalations",
+    "escalations": "escalations",
+    "session_timeout_rate": "session_timeouts",
+    "session_timeouts": "session_timeouts",
+    "session_schema_violation_rate": "session_schema_violations",
+    "session_schema_violations": "session_schema_violations",
+}
 
 
 @dataclass(frozen=True)
@@ -115,7 +127,7 @@ class SimulatorMetrics:
                 raise MeasurementError(f"no replicas in the {pool} pool", query=query)
             per = {name: seen.ooms.get(name, 0) for name in names}
             return Measurement(float(sum(per.values())), len(names), query, {"replicas": per})
-        if signal in ("schema_violation_rate", "escalation_rate", "escalations"):
+        if signal == "schema_violation_rate" or signal in _PER_SESSION:
             return self._agent(signal, pool, seen.agent, query, window)
         if signal == "kv_cache_usage":
             done = [r.kv_usage for r in records if r.outcome == "ok"]
@@ -170,22 +182,23 @@ class SimulatorMetrics:
                 )
             bad = counts.get("schema_violations", 0)
             return Measurement(bad / calls, calls, query, {"events": bad})
+        counter = _PER_SESSION[signal]
         sessions = counts.get("sessions", 0)
-        escalations = counts.get("escalations", 0)
-        if signal == "escalation_rate":
+        events = counts.get(counter, 0)
+        if signal.endswith("_rate"):
             if not sessions:
                 raise MeasurementError(
                     f"no sessions on {pool} in the last {_span(window)}", query=query
                 )
-            return Measurement(escalations / sessions, sessions, query, {"events": escalations})
+            return Measurement(events / sessions, sessions, query, {"events": events})
         both = {p: agent.get(p, {}) for p in ("canary", "stable")}
         if not any(c.get("sessions", 0) for c in both.values()):
             raise MeasurementError(f"no sessions in the last {_span(window)}", query=query)
         raw = {
-            "escalations": {p: c.get("escalations", 0) for p, c in both.items()},
+            counter: {p: c.get(counter, 0) for p, c in both.items()},
             "sessions": {p: c.get("sessions", 0) for p, c in both.items()},
         }
-        return Measurement(float(escalations), sessions, query, raw)
+        return Measurement(float(events), sessions, query, raw)
 
     def _between(self, start: datetime, end: datetime) -> _Window:
         last = self._at(end)

@@ -9,7 +9,9 @@ turns the agent "runs the tool" for a few simulated seconds.
 It plays the gateway: per pool (from the ``X-Rolloutd-Pool`` response header) it counts
 sessions, tool calls, schema violations (jsonschema against the tool's schema) and
 escalations to a human. A session escalates with a small base probability, more likely
-after a timeout, an error, a bad tool call, or when the model hands off.
+after a timeout, an error, a bad tool call, or when the model hands off. As the contract in
+``rolloutd.gateway`` says, a session's escalation, its first timeout and its first schema
+violation each count once, on the pool that counted the session.
 """
 
 from __future__ import annotations
@@ -28,6 +30,9 @@ from rolloutd.sim.gateway import AgentMetrics
 from rolloutd.sim.httpclient import KeepAliveClient
 from rolloutd.sim.protocol import POOL_HEADER, SESSION_HEADER
 from rolloutd.sim.scoring import score_call
+
+# The bad events a session counts once, by the gateway counter they count in.
+_ONCE_PER_SESSION = {"timeout": "session_timeouts", "violation": "session_schema_violations"}
 
 
 @dataclass(frozen=True)
@@ -67,6 +72,8 @@ class PoolTally:
     exact_calls: int = 0
     handoffs: int = 0
     escalations: int = 0
+    session_timeouts: int = 0
+    session_schema_violations: int = 0
     latencies: list[float] = field(default_factory=list)
 
 
@@ -204,6 +211,7 @@ class TrafficGenerator:
         # weight moves stable sessions to the canary, which must not inherit their fate.
         counted: str | None = None
         escalated = completed = False
+        once: set[str] = set()  # the once-per-session events already counted
         turns = rng.randint(self.workload.min_turns, self.workload.max_turns)
         for turn in range(turns):
             if self._stopping() or not self._take_request():
@@ -226,9 +234,15 @@ class TrafficGenerator:
             }
             answered, event = self._send(client, body, session, case.tool, case.arguments)
             pool = answered or pool or "unknown"
-            if turn == 0:
+            if counted is None:
                 counted = pool
                 self._count(pool, "sessions")
+            # A session's turns share a fate, so its first timeout or schema violation is
+            # what counts: one trial per session, on its first pool, like its escalation.
+            per_session = _ONCE_PER_SESSION.get(event or "")
+            if per_session is not None and per_session not in once:
+                once.add(per_session)
+                self._count(counted, per_session)
             if event and rng.random() < getattr(self.escalation, event):
                 escalated = True
                 break

@@ -76,13 +76,15 @@ _SUFFIXES = ("_total", "_bucket", "_count", "_sum", "_created")
 
 
 def gateway_text() -> str:
-    """The reference exporter after some traffic on both pools."""
+    """The reference exporter after some traffic on both pools, in named sessions of 15
+    requests, so the once-per-session counters count too (3 sessions each per pool)."""
     metrics = GatewayMetrics(CollectorRegistry())
     for pool in ("canary", "stable"):
         for i in range(200):
+            session = f"{pool}-{i // 15}"
             if i % 15 == 0:
-                metrics.session_started(pool)
-            metrics.tool_call(pool, schema_ok=i % 97 != 0)
+                metrics.session_started(pool, session=session)
+            metrics.tool_call(pool, schema_ok=i % 97 != 0, session=session)
             outcome = "timeout" if i % 80 == 0 else "ok"
             metrics.request_finished(
                 pool,
@@ -90,6 +92,7 @@ def gateway_text() -> str:
                 duration_s=2.0 + (i % 7),
                 prompt_tokens=5000 + i,
                 output_tokens=300,
+                session=session,
             )
     return generate_latest(metrics.registry).decode()
 

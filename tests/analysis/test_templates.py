@@ -239,20 +239,57 @@ def test_the_shipped_files_load_and_every_query_renders(name: str) -> None:
                 assert rendered.count("(") == rendered.count(")")
 
 
+GATEWAY_SIGNALS = (
+    "schema_violation_rate",
+    "schema_violations",
+    "escalation_rate",
+    "escalations",
+    "session_timeout_rate",
+    "session_timeouts",
+    "session_schema_violation_rate",
+    "session_schema_violations",
+)
+
+
 def test_every_file_defines_the_same_signals_and_the_same_gateway_queries() -> None:
     """A plan can switch stacks (or engine versions) without renaming signals; agent
-    counters are stack-neutral."""
+    counters, the once-per-session ones included, are stack-neutral."""
     first, *others = (load_templates(name).signals for name in SHIPPED)
+    assert set(GATEWAY_SIGNALS) <= set(first)
     for other in others:
         assert set(first) == set(other)
-        for name in (
-            "schema_violation_rate",
-            "schema_violations",
-            "escalation_rate",
-            "escalations",
-        ):
+        for name in GATEWAY_SIGNALS:
             assert first[name] == other[name]
             assert "agent_" in first[name].query
+
+
+@pytest.mark.parametrize(
+    ("signal", "like", "counter"),
+    [
+        ("session_timeouts", "escalations", "agent_session_timeouts_total"),
+        ("session_timeout_rate", "escalation_rate", "agent_session_timeouts_total"),
+        (
+            "session_schema_violations",
+            "escalations",
+            "agent_session_schema_violations_total",
+        ),
+        (
+            "session_schema_violation_rate",
+            "escalation_rate",
+            "agent_session_schema_violations_total",
+        ),
+    ],
+)
+def test_the_session_signals_count_sessions_over_sessions_started(
+    signal: str, like: str, counter: str
+) -> None:
+    """Each once-per-session signal has its escalation twin's kind and exposure (sessions
+    started), and counts its own gateway counter where the twin counts escalations."""
+    signals = load_templates("vllm").signals
+    ours, twin = signals[signal], signals[like]
+    assert ours.kind == twin.kind
+    assert ours.samples == twin.samples
+    assert ours.query == twin.query.replace("agent_escalations_total", counter)
 
 
 @pytest.mark.parametrize("name", SHIPPED)

@@ -9,6 +9,7 @@ import pytest
 
 from rolloutd.analysis.base import MeasurementError
 from rolloutd.sim.fleet import Fleet
+from rolloutd.sim.metricsfile import snapshot
 from rolloutd.sim.source import SimulatorMetrics
 from rolloutd.sim.traffic import TrafficGenerator, TrafficReport
 
@@ -53,8 +54,11 @@ def test_no_traffic_is_a_measurement_error_not_zero(fleet: Fleet) -> None:
             metrics.measure(signal, "canary", FIVE_MINUTES, T0)
     with pytest.raises(MeasurementError, match="no tool calls on canary"):
         metrics.measure("schema_violation_rate", "canary", FIVE_MINUTES, T0)
-    with pytest.raises(MeasurementError, match="no sessions on stable"):
-        metrics.measure("escalation_rate", "stable", FIVE_MINUTES, T0)
+    for signal in ("escalation_rate", "session_timeout_rate", "session_schema_violation_rate"):
+        with pytest.raises(MeasurementError, match="no sessions on stable"):
+            metrics.measure(signal, "stable", FIVE_MINUTES, T0)
+    with pytest.raises(MeasurementError, match="no sessions in the last 5m"):
+        metrics.measure("session_timeouts", "canary", FIVE_MINUTES, T0)
     with pytest.raises(MeasurementError, match="no signal 'bogus'"):
         metrics.measure("bogus", "canary", FIVE_MINUTES, T0)
     oom = metrics.measure("oom_events", "canary", FIVE_MINUTES, T0)
@@ -87,6 +91,34 @@ def test_signals_per_pool_match_what_the_gateway_saw(fleet: Fleet) -> None:
     assert 6_500 < tokens.value < 7_400
     kv = metrics.measure("kv_cache_usage", "stable", FIVE_MINUTES, now)
     assert 0.0 < kv.value <= 1.0
+
+
+def test_once_per_session_signals_count_sessions_against_sessions_started(fleet: Fleet) -> None:
+    """The session timeout and schema violation signals are the gateway's once-per-session
+    counts over sessions, per pool; their event counts carry both pools."""
+    metrics = fleet.metrics()
+    canary = drive(fleet, "gpu-d", seed=1)
+    drive(fleet, "gpu-a", seed=2)
+    now = T0 + timedelta(minutes=1)
+    tally = canary.pools["canary"]
+    rate = metrics.measure("session_schema_violation_rate", "canary", FIVE_MINUTES, now)
+    assert rate.samples == 20
+    assert rate.value == tally.session_schema_violations / 20 > 0
+    assert tally.session_schema_violations <= tally.schema_violations
+    violations = metrics.measure("session_schema_violations", "canary", FIVE_MINUTES, now)
+    assert violations.raw["sessions"] == {"canary": 20, "stable": 20}
+    assert violations.raw["session_schema_violations"]["stable"] == 0
+    assert violations.value == tally.session_schema_violations
+    timeouts = metrics.measure("session_timeouts", "canary", FIVE_MINUTES, now)
+    assert timeouts.value == tally.session_timeouts <= tally.timeouts
+    timeout_rate = metrics.measure("session_timeout_rate", "stable", FIVE_MINUTES, now)
+    assert timeout_rate.samples == 20
+    written = snapshot(metrics, FIVE_MINUTES, now)  # what the file source of another process reads
+    assert written["session_schema_violation_rate"]["canary"] == {
+        "value": rate.value,
+        "samples": 20,
+    }
+    assert written["session_timeout_rate"]["stable"]["samples"] == 20
 
 
 def test_windows_follow_the_callers_clock(fleet: Fleet) -> None:
