@@ -127,8 +127,9 @@ class CompareGate(_Gate):
     """Whether one session can cause several of the signal's events (timeouts, schema
     violations: its turns share a fate). Clustered events are judged with the dispersion
     that blocks of ``window`` (each longer than a session) show, and the every-tick test
-    waits for four blocks. Default: not for ``escalations`` and ``escalation_rate`` (once
-    per session), clustered otherwise."""
+    waits for four blocks. Default: not for the once-per-session signals (``escalations``,
+    ``session_timeouts``, ``session_schema_violations`` and their ``_rate``s), clustered
+    otherwise."""
     min_load_ratio: float | None = Field(default=None, ge=0.0)
     """The canary's load per replica, as a share of stable's, below which the gate may fail
     but not pass. Default: 0.7 on a queue-timeout signal (a short queue times out less),
