@@ -37,6 +37,7 @@ from datetime import datetime
 from typing import Any
 
 from rolloutd.analysis.base import Evaluation, Judging, Measurement, MeasurementError, finite
+from rolloutd.analysis.exposure import no_traffic
 from rolloutd.analysis.quantiles import compare_latency
 from rolloutd.analysis.sequential import Segment, SequentialResult, rate_ratio_test
 from rolloutd.analysis.stratified import (
@@ -63,7 +64,9 @@ def judge_compare(spec: GateSpec, judging: Judging) -> Evaluation:
     the dispersion the steps' blocks show. At the last step carrying the gate, with
     ``final_look``: no pass before the bake is over, then one stratified test over every
     block of the gate's steps; the two share ``alpha``. A step whose window holds no
-    exposure on a pool yet (a 30 s window at 5% holds a couple of sessions) is *pending*.
+    exposure on a pool yet (a 30 s window at 5% holds a couple of sessions) is *pending*;
+    once the step outlasts the gate's ``window``, a pool that should serve and has served
+    nothing is no data (:func:`rolloutd.analysis.exposure.no_traffic`).
     """
     assert isinstance(spec, CompareGate)
     window = judging.since_step_start(spec.window)
@@ -71,19 +74,9 @@ def judge_compare(spec: GateSpec, judging: Judging) -> Evaluation:
     step = _blocks(spec, judging, start, judging.now)
     current, query = step.blocks, step.query
     whole = total(current)
-    empty = _empty_pool(whole)
-    if empty is not None:
-        return Evaluation(
-            judging.name,
-            judging.role,
-            Verdict.PENDING,
-            judging.now,
-            threshold="not above stable",
-            query=query,
-            samples=int(whole.canary_exposure + whole.stable_exposure),
-            reason=f"no {empty} exposure in the last {window.total_seconds():.0f}s of this "
-            "step yet: nothing to compare",
-        )
+    unexposed = _unexposed(spec, judging, whole, query)
+    if unexposed is not None:
+        return unexposed
     # A gate that decides a step makes a final look at the last step carrying it, whether
     # the tick judges it as a step gate or, when it is a rollback trigger too, as a trigger.
     # A trigger that decides no step has no horizon: its every-tick test keeps all of alpha.
@@ -420,6 +413,39 @@ def _empty_pool(whole: Tally) -> str | None:
     return None
 
 
+def _unexposed(
+    spec: CompareGate, judging: Judging, whole: Tally, query: str | None
+) -> Evaluation | None:
+    """None while both pools have exposure; else *pending* while the step is younger than
+    the gate's window (nothing to compare yet).
+
+    :raises MeasurementError: past the window, a pool that should serve has served nothing:
+        no data (:func:`rolloutd.analysis.exposure.no_traffic`).
+    """
+    empty = _empty_pool(whole)
+    if empty is None:
+        return None
+    lacking = no_traffic(
+        judging,
+        {"canary": whole.canary_exposure, "stable": whole.stable_exposure},
+        window=spec.window,
+    )
+    if lacking is not None:
+        raise MeasurementError(lacking, query=query)
+    window = judging.since_step_start(spec.window)
+    return Evaluation(
+        judging.name,
+        judging.role,
+        Verdict.PENDING,
+        judging.now,
+        threshold="not above stable",
+        query=query,
+        samples=int(whole.canary_exposure + whole.stable_exposure),
+        reason=f"no {empty} exposure in the last {window.total_seconds():.0f}s of this "
+        "step yet: nothing to compare",
+    )
+
+
 def _share(tally: Tally) -> float:
     share = tally.share
     assert share is not None
@@ -431,6 +457,10 @@ def judge_latency(spec: GateSpec, judging: Judging) -> Evaluation:
     assert isinstance(spec, LatencyGate)
     window = judging.since_step_start(spec.window)
     canary = judging.source.measure(spec.signal, "canary", window, judging.now)
+    # Before the value: a canary that served nothing has no latency to read (NaN or 0).
+    lacking = no_traffic(judging, {"canary": canary.samples}, window=spec.window)
+    if lacking is not None:
+        raise MeasurementError(lacking, query=canary.query)
     estimate = finite(canary, spec.signal, "canary")
     if spec.max_ratio is not None and judging.idle == "stable":
         # At 100% there is no stable traffic to compare with: the target alone applies.

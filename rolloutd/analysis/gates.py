@@ -2,7 +2,9 @@
 
 Rules shared by every kind: a measurement error is *inconclusive* with its reason; a
 value resting on fewer samples than the gate's minimum is *pending* (it may neither
-pass nor fail on so little); only a measured, sufficient, in-bounds value passes.
+pass nor fail on so little), but a pool that should serve and has served nothing once the
+step outlasts the gate's window is no data, *inconclusive* (``rolloutd.analysis.exposure``);
+only a measured, sufficient, in-bounds value passes.
 Canary-vs-stable kinds and the capacity watch live in ``rolloutd.analysis.comparisons``.
 
 Load-matched judgement wraps them all: a gate on latency or queue timeouts stores both
@@ -20,6 +22,7 @@ from datetime import timedelta
 
 from rolloutd.analysis.base import Evaluation, Judging, MeasurementError, finite
 from rolloutd.analysis.comparisons import judge_capacity, judge_compare, judge_latency
+from rolloutd.analysis.exposure import no_traffic
 from rolloutd.analysis.load import measure_load
 from rolloutd.core.actions import Verdict
 from rolloutd.core.counts import counted, events_counted
@@ -136,6 +139,12 @@ def _threshold(spec: GateSpec, judging: Judging) -> Evaluation:
     assert isinstance(spec, ThresholdGate)
     name, role, source, now = judging.name, judging.role, judging.source, judging.now
     measured = source.measure(spec.signal, spec.pool, spec.window, now)
+    # Before the value: a rate over no traffic is no data (0/0), not a value to judge. The
+    # gate counts its own window only, so that is the time the reason may name.
+    exposure = {spec.pool: measured.samples}
+    lacking = no_traffic(judging, exposure, window=spec.window, over=spec.window)
+    if lacking is not None:
+        raise MeasurementError(lacking, query=measured.query)
     value = finite(measured, spec.signal, spec.pool)
     bounds = []
     if spec.max is not None:

@@ -371,7 +371,7 @@ class _Tick:
     def judge_no_data(self, verdicts: Mapping[str, GateResult]) -> None:
         """Each gate without data (see :mod:`rolloutd.core.nodata`) holds the rollout or rolls it
         back, as its ``on_no_data`` says; the hold lifts once every gate has data again."""
-        lacking = nodata.over_limit(self.plan, self.p, self.now)
+        lacking = nodata.over_limit(self.plan, self.p, self.now, verdicts)
         for gate, lack in self.past_extension(verdicts).items():
             lacking.setdefault(gate, lack)
         if self.p.paused == "operator":

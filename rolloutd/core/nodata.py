@@ -17,7 +17,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
-from rolloutd.core.actions import GateResult
+from rolloutd.core.actions import GateResult, Verdict
 from rolloutd.core.durations import format_duration
 from rolloutd.core.plan import PauseStep, Plan, RollbackAfter
 from rolloutd.core.progress import Progress
@@ -31,16 +31,32 @@ class Lack:
     since: datetime
 
 
-def over_limit(plan: Plan, progress: Progress, now: datetime) -> dict[str, Lack]:
+def over_limit(
+    plan: Plan,
+    progress: Progress,
+    now: datetime,
+    verdicts: Mapping[str, GateResult] | None = None,
+) -> dict[str, Lack]:
     """The gates with more inconclusive evaluations in a row than ``limits.max_inconclusive``,
-    in name order; each lacks data since its streak's first inconclusive evaluation."""
+    in name order; each lacks data since its streak's first inconclusive evaluation, and
+    says why its newest evaluation (in ``verdicts``) had none."""
     limit = plan.limits.max_inconclusive
     why = f"more than {limit} inconclusive evaluations in a row"
-    return {
-        gate: Lack(why, progress.no_data_since.get(gate, now))
-        for gate, count in sorted(progress.inconclusive_streaks.items())
-        if count > limit
-    }
+    lacking = {}
+    for gate, count in sorted(progress.inconclusive_streaks.items()):
+        if count <= limit:
+            continue
+        newest = (verdicts or {}).get(gate)
+        said = why
+        # The count alone tells nobody what to fix; the gate's own reason does ("does the
+        # router apply the weight?", "cannot connect to Prometheus").
+        if newest is not None and newest.reason and newest.verdict in _NO_DATA:
+            said = f"{why} (newest: {newest.reason})"
+        lacking[gate] = Lack(said, progress.no_data_since.get(gate, now))
+    return lacking
+
+
+_NO_DATA = frozenset({Verdict.INCONCLUSIVE, Verdict.PENDING})
 
 
 def short_of_samples(
