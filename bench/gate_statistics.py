@@ -76,6 +76,7 @@ from rolloutd.analysis.gates import evaluate_gate
 from rolloutd.analysis.sequential import Segment, beta_binomial_log_bf, rate_ratio_test
 from rolloutd.analysis.stratified import Tally, block_count, blocks_from_cuts
 from rolloutd.core.actions import Verdict
+from rolloutd.core.plan import Plan
 from rolloutd.evaluation.statistics import (
     PairedCounts,
     exact_critical_z,
@@ -84,6 +85,7 @@ from rolloutd.evaluation.statistics import (
     spent_alpha,
     worse_p_value,
 )
+from rolloutd.planfile import load_plan
 
 ALPHA = 0.05
 SHARE = 0.2  # the compare gate's default sequential_share
@@ -327,13 +329,16 @@ class TrafficSource:
 _SIGNAL_OF = {"escalations": "escalation"}
 
 
+_PLAN: list[Plan] = []  # the reference plan, read once before the workers start
+
+
 def judge_silent(traffic: Traffic) -> Outcome:
     """The reference plan's escalation gate at every step-gate tick of a 5% step whose canary
     receives nothing: when the inconclusive evaluations in a row pass the plan's limit (the
     state machine pauses the rollout then), and whether the reason names the router."""
-    from rolloutd.planfile import load_plan
-
-    plan = load_plan(REFERENCE_PLAN).plan
+    if not _PLAN:
+        _PLAN.append(load_plan(REFERENCE_PLAN).plan)
+    plan = _PLAN[0]
     name = "escalations_not_rising"
     spec = plan.gates[name]
     limit = plan.limits.max_inconclusive
@@ -641,12 +646,16 @@ def goals_table(results: Results) -> str:
     for s, o in _find(results, "canary receives no traffic"):
         paused = [x["silent/paused"] for x in o if x.get("silent/paused") is not None]
         router = sum(x.get("silent/router") == 1.0 for x in o)
-        window = 300 + 10 * 30  # the gate's window + max_inconclusive step-gate ticks
+        plan = _PLAN[0]
+        limit = plan.limits.max_inconclusive
+        # The gate's window, then the evaluations that pass the limit ("more than" it).
+        window = 300 + (limit + 1) * plan.interval.total_seconds()
         worst = max(paused) if paused else math.inf
         rows.append(
             (
                 s.name,
-                "paused within the window + limit (10 min), reason names the router",
+                f"paused within the gate's window + {limit + 1} step-gate ticks "
+                f"({window / 60:g} min), reason names the router",
                 f"paused in {len(paused) / len(o):.0%}, at most {worst / 60:.1f} min; router "
                 f"named in {router / len(o):.0%}",
                 len(paused) == len(o) and worst <= window and router == len(o),
@@ -802,6 +811,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     print(parameters(args))
     started = time.monotonic()
+    _PLAN.append(load_plan(REFERENCE_PLAN).plan)
     chunk = max(1, min(50, args.rollouts // (4 * args.jobs) or 1))
     results: Results = []
     with multiprocessing.Pool(args.jobs) as pool:
