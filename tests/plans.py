@@ -58,6 +58,17 @@ def _example_data() -> dict[str, Any]:
 
 
 @functools.cache
+def compare_plan(**gate: Any) -> Plan:
+    """The example plan with a compare gate ``not_worse`` (``gate``'s fields) judging its
+    canary steps."""
+    data = example_dict()
+    data["gates"]["not_worse"] = {"kind": "compare", **gate}
+    for step in data["steps"]:
+        if step["kind"] == "canary":
+            step["gates"].append("not_worse")
+    return plan_of(data)
+
+
 def example_plan() -> Plan:
     """The reference plan, validated (plans are frozen, so one copy serves every test)."""
     return load_plan(EXAMPLE_PATH).plan

@@ -16,7 +16,7 @@ from rolloutd.analysis.gates import evaluate_gate
 from rolloutd.analysis.sources import MemoryMetrics
 from rolloutd.core.actions import Verdict
 from rolloutd.core.plan import CompareGate, Plan
-from tests.plans import example_dict, plan_of
+from tests.plans import compare_plan
 
 T0 = datetime(2026, 3, 2, 12, 0, tzinfo=UTC)
 Rates = Callable[[Pool, float], tuple[float, float]]
@@ -44,14 +44,7 @@ class RateSource:
         return Measurement(round(events), round(exposure), f"rate:{signal}:{pool}")
 
 
-def _plan(**gate: Any) -> Plan:
-    """The example plan with ``not_worse`` judging its canary steps."""
-    data = example_dict()
-    data["gates"]["not_worse"] = {"kind": "compare", **gate}
-    for step in data["steps"]:
-        if step["kind"] == "canary":
-            step["gates"].append("not_worse")
-    return plan_of(data)
+_plan = compare_plan
 
 
 def _judge(

@@ -17,7 +17,7 @@ from rolloutd.analysis.gates import evaluate_gate
 from rolloutd.analysis.stratified import HISTORY, Tally, estimate_dispersion, history_dispersion
 from rolloutd.core.actions import Verdict
 from rolloutd.core.plan import Plan
-from tests.plans import example_dict, plan_of
+from tests.plans import compare_plan
 
 T0 = datetime(2026, 3, 2, 12, 0, tzinfo=UTC)
 HOURS = 3
@@ -59,12 +59,7 @@ class SeededSource:
 
 
 def _plan(signal: str, **gate: Any) -> Plan:
-    data = example_dict()
-    data["gates"]["not_worse"] = {"kind": "compare", "signal": signal, **gate}
-    for step in data["steps"]:
-        if step["kind"] == "canary":
-            step["gates"].append("not_worse")
-    return plan_of(data)
+    return compare_plan(signal=signal, **gate)
 
 
 def _judge(
