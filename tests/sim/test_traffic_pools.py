@@ -35,41 +35,16 @@ _VIOLATION = {
 }
 
 
-class _MovingSessions(BaseHTTPRequestHandler):
-    """Answers a session's first request from stable and every later one from the canary,
-    as after a weight change; later answers hand the session to a human."""
+class _SessionTurns(BaseHTTPRequestHandler):
+    """Answers a session's first request from stable and every later one from the canary, as
+    after a weight change; :meth:`answer` says what each turn gets."""
 
-    turns: Counter[str] = Counter()
-    lock = threading.Lock()
+    turns: Counter[str]
+    lock: threading.Lock
 
-    def do_POST(self) -> None:
-        self.rfile.read(int(self.headers.get("Content-Length", "0")))
-        session = self.headers.get(SESSION_HEADER, "")
-        with self.lock:
-            turn = self.turns[session]
-            self.turns[session] += 1
-        if turn == 0:
-            message = _VIOLATION  # which never escalates here
-        else:
-            message = {"role": "assistant", "content": "let me get a human"}
-        body = json.dumps({"choices": [{"index": 0, "message": message}]}).encode()
-        self.send_response(200)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(body)))
-        self.send_header(POOL_HEADER, "stable" if turn == 0 else "canary")
-        self.end_headers()
-        self.wfile.write(body)
-
-    def log_message(self, *args: object) -> None:
-        pass
-
-
-class _TroubledSessions(BaseHTTPRequestHandler):
-    """Answers a session's first request from stable, then from the canary: turns 0, 1 and 4
-    call a tool nobody offered, turns 2 and 3 are queue timeouts (504)."""
-
-    turns: Counter[str] = Counter()
-    lock = threading.Lock()
+    def answer(self, turn: int) -> tuple[int, bytes]:
+        """The status and body for the session's ``turn`` (from 0)."""
+        raise NotImplementedError
 
     def do_POST(self) -> None:
         self.rfile.read(int(self.headers.get("Content-Length", "0")))
@@ -77,11 +52,7 @@ class _TroubledSessions(BaseHTTPRequestHandler):
         with self.lock:
             turn = self.turns[session]
             self.turns[session] += 1
-        if turn in (2, 3):
-            status, body = 504, b"queue timeout"
-        else:
-            status = 200
-            body = json.dumps({"choices": [{"index": 0, "message": _VIOLATION}]}).encode()
+        status, body = self.answer(turn)
         self.send_response(status)
         self.send_header("Content-Type", "application/json")
         self.send_header("Content-Length", str(len(body)))
@@ -91,6 +62,35 @@ class _TroubledSessions(BaseHTTPRequestHandler):
 
     def log_message(self, *args: object) -> None:
         pass
+
+
+def _choice(message: object) -> bytes:
+    return json.dumps({"choices": [{"index": 0, "message": message}]}).encode()
+
+
+class _MovingSessions(_SessionTurns):
+    """Later answers hand the session to a human; the first calls a tool nobody offered
+    (which never escalates here)."""
+
+    turns: Counter[str] = Counter()
+    lock = threading.Lock()
+
+    def answer(self, turn: int) -> tuple[int, bytes]:
+        if turn == 0:
+            return 200, _choice(_VIOLATION)
+        return 200, _choice({"role": "assistant", "content": "let me get a human"})
+
+
+class _TroubledSessions(_SessionTurns):
+    """Turns 0, 1 and 4 call a tool nobody offered, turns 2 and 3 are queue timeouts (504)."""
+
+    turns: Counter[str] = Counter()
+    lock = threading.Lock()
+
+    def answer(self, turn: int) -> tuple[int, bytes]:
+        if turn in (2, 3):
+            return 504, b"queue timeout"
+        return 200, _choice(_VIOLATION)
 
 
 def _serve(handler: type[BaseHTTPRequestHandler]) -> Iterator[str]:
