@@ -536,25 +536,29 @@ def _sessions(value: float) -> str:
     return "never" if math.isinf(value) else f"{value:,.0f}"
 
 
+def aa_rows(
+    results: Results, title: str, columns: Sequence[str], cell: Callable[[list[Outcome], str], str]
+) -> str:
+    """A table with a row per A/A scenario and a ``cell`` per column."""
+    lines = ["", title, "", "| scenario | " + " | ".join(columns) + " |"]
+    lines.append("|---|" + "---|" * len(columns))
+    for scenario, outcomes in results:
+        if scenario.kind == "aa":
+            cells = [cell(outcomes, column) for column in columns]
+            lines.append(f"| {scenario.name} | {' | '.join(cells)} |")
+    return "\n".join(lines)
+
+
+def _false_alarm_cell(outcomes: list[Outcome], gate: str) -> str:
+    rate, upper = false_alarms(outcomes, gate)
+    final = sum(o.get(f"{gate}/final") == 1.0 for o in outcomes) / len(outcomes)
+    return f"{rate:.1%} ({upper:.1%}; final {final:.1%})"
+
+
 def aa_table(results: Results) -> str:
     """False alarms per rollout (upper 95% bound) of every gate in every A/A scenario."""
-    lines = [
-        "",
-        "A/A: false alarms per rollout (Wilson upper 95% bound); goal <= 5%, bound <= 7.5%:",
-        "",
-        "| scenario | " + " | ".join(GATES) + " |",
-        "|---|" + "---|" * len(GATES),
-    ]
-    for scenario, outcomes in results:
-        if scenario.kind != "aa":
-            continue
-        cells = []
-        for gate in GATES:
-            rate, upper = false_alarms(outcomes, gate)
-            final = sum(o.get(f"{gate}/final") == 1.0 for o in outcomes) / len(outcomes)
-            cells.append(f"{rate:.1%} ({upper:.1%}; final {final:.1%})")
-        lines.append(f"| {scenario.name} | {' | '.join(cells)} |")
-    return "\n".join(lines)
+    title = "A/A: false alarms per rollout (Wilson upper 95% bound); goal <= 5%, bound <= 7.5%:"
+    return aa_rows(results, title, GATES, _false_alarm_cell)
 
 
 def detail_table(results: Results) -> str:
@@ -672,30 +676,20 @@ def goals_table(results: Results) -> str:
     return "\n".join(lines)
 
 
+def _dispersion_cell(outcomes: list[Outcome], signal: str) -> str:
+    values = sorted(v for o in outcomes if (v := o.get(f"dispersion/{signal}")) is not None)
+    if not values:
+        return "-"
+    n = len(values)
+    return f"{values[n // 2]:.2f} ({values[n // 10]:.2f}-{values[9 * n // 10]:.2f})"
+
+
 def dispersion_table(results: Results) -> str:
     """The dispersion the final look used at the horizon (median over rollouts)."""
-    clustered = [g for g in SIGNALS if CLUSTERED[g]]
-    lines = [
-        "",
-        "Dispersion used by the final look of the per-request gates (median, 10th-90th"
-        " percentile):",
-        "",
-        "| scenario | " + " | ".join(clustered) + " |",
-        "|---|" + "---|" * len(clustered),
-    ]
-    for scenario, outcomes in results:
-        if scenario.kind != "aa":
-            continue
-        cells = []
-        for signal in clustered:
-            values = sorted(v for o in outcomes if (v := o.get(f"dispersion/{signal}")) is not None)
-            if not values:
-                cells.append("-")
-                continue
-            n = len(values)
-            cells.append(f"{values[n // 2]:.2f} ({values[n // 10]:.2f}-{values[9 * n // 10]:.2f})")
-        lines.append(f"| {scenario.name} | {' | '.join(cells)} |")
-    return "\n".join(lines)
+    title = (
+        "Dispersion used by the final look of the per-request gates (median, 10th-90th percentile):"
+    )
+    return aa_rows(results, title, [g for g in SIGNALS if CLUSTERED[g]], _dispersion_cell)
 
 
 SUITE_CASES, SUITE_RUNS, SUITE_LOOKS, MARGIN = 300, 11, 2, 0.01
