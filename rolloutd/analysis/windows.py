@@ -12,6 +12,7 @@ from collections.abc import Mapping
 from datetime import datetime, timedelta
 
 from rolloutd.analysis.base import FinalWindow, Role
+from rolloutd.core.nodata import bake_of
 from rolloutd.core.plan import Plan
 from rolloutd.core.progress import Progress
 
@@ -66,3 +67,11 @@ def final_window(
             start, progress.bake_mark + timedelta(seconds=hold - progress.baked_seconds)
         )
     return FinalWindow(start, now - timedelta(seconds=baked - hold))
+
+
+def bake_over(plan: Plan, progress: Progress, now: datetime) -> bool:
+    """Whether the step ran its whole bake (as far as it was promoted, paused time
+    excluded): a comparison with too few events then passes on what the step showed. A
+    step without a bake has no whole to judge."""
+    hold = bake_of(plan, progress)
+    return hold > timedelta(0) and progress.baked(now) >= hold

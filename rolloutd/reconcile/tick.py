@@ -25,7 +25,7 @@ from sqlalchemy.orm import Session, sessionmaker
 from rolloutd.analysis.base import Evaluation, Judging, MetricsSource, Role
 from rolloutd.analysis.budget import Budgeted
 from rolloutd.analysis.gates import evaluate_gate
-from rolloutd.analysis.windows import earlier_windows, final_window
+from rolloutd.analysis.windows import bake_over, earlier_windows, final_window
 from rolloutd.core.actions import Observed, Verdict
 from rolloutd.core.machine import Decision, decide, desired_of
 from rolloutd.core.plan import Plan, SuiteGate
@@ -350,7 +350,7 @@ class Reconciler:
                     idle=plan.idle_pool(progress.step_index),
                     # None but at the last step carrying the gate, in either role.
                     final=final_window(plan, gate, progress, verified, now),
-                    bake_over=_bake_over(plan, progress, now),
+                    bake_over=bake_over(plan, progress, now),
                     earlier=earlier_windows(plan, gate, role, progress, verified, completed),
                 ),
             )
@@ -457,9 +457,3 @@ def _enqueue_attempt(session: Session, rollout_id: int, desired: Desired, now: d
         now=now,
     )
     return queries.action_by_key(session, rollout_id, desired.key)
-
-
-def _bake_over(plan: Plan, progress: Progress, now: datetime) -> bool:
-    """Whether the step ran its whole bake (a step without one has no whole to judge)."""
-    hold = plan.steps[progress.step_index].hold_for()
-    return hold > timedelta(0) and progress.baked(now) >= hold

@@ -5,7 +5,7 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta
 
 from rolloutd.analysis.base import FinalWindow
-from rolloutd.analysis.windows import earlier_windows, final_window
+from rolloutd.analysis.windows import bake_over, earlier_windows, final_window
 from rolloutd.core.plan import Plan
 from rolloutd.core.progress import Progress
 from tests.plans import plan_of, small_dict
@@ -88,3 +88,23 @@ def test_a_step_not_yet_completed_or_never_verified_has_no_earlier_window() -> N
     verified = {0: T, 1: None}
     completed = {0: None, 1: T}
     assert earlier_windows(_plan(), "healthy", "trigger", progress, verified, completed) == ()
+
+
+def test_the_bake_is_over_at_its_hold_or_where_it_was_promoted_never_without_one() -> None:
+    """The 2h canary bake is over at 2h of bake time, at 30 min when promoted there, and a
+    step with no bake (the full step) never has a whole to judge."""
+    plan = _plan()
+    baking = Progress(started_at=T, step_index=2, step_verified_at=T, bake_mark=T)
+    assert not bake_over(plan, baking, T + timedelta(minutes=119))
+    assert bake_over(plan, baking, T + timedelta(hours=2))
+    promoted = Progress(
+        started_at=T,
+        step_index=2,
+        step_verified_at=T,
+        bake_mark=T,
+        promoted=True,
+        promoted_after_seconds=1800,
+    )
+    assert bake_over(plan, promoted, T + timedelta(minutes=30))
+    full = Progress(started_at=T, step_index=3, step_verified_at=T, bake_mark=T)
+    assert not bake_over(plan, full, T + timedelta(days=3))
