@@ -100,7 +100,7 @@ def judge_compare(spec: GateSpec, judging: Judging) -> Evaluation:
             sequential_share=spec.sequential_share if looks else 1.0,
             final=final_steps,
             min_events=spec.min_events,
-            clustered=clustered(spec) and resolved,
+            clustered=spec.events_cluster() and resolved,
             looks=final is not None,
         )
     except ValueError as exc:
@@ -125,7 +125,7 @@ def judge_compare(spec: GateSpec, judging: Judging) -> Evaluation:
         "dispersion": comparison.dispersion.as_evidence(),
         "earlier_steps": [detail for _, detail in earlier],
     }
-    if clustered(spec) and not resolved:
+    if spec.events_cluster() and not resolved:
         evidence["dispersion"]["note"] = (
             "the metrics source answers every window alike: how the events cluster cannot be "
             "seen, so they are judged as independent"
@@ -332,7 +332,7 @@ def _blocks(spec: CompareGate, judging: Judging, start: datetime, end: datetime)
     """
     whole, query = _cumulative(spec, judging, start, end)
     count = 1
-    if clustered(spec):
+    if spec.events_cluster():
         count = block_count((end - start).total_seconds(), spec.window.total_seconds())
     cuts: list[Tally | None] = []
     for i in range(1, count):
@@ -344,27 +344,6 @@ def _blocks(spec: CompareGate, judging: Judging, start: datetime, end: datetime)
     measured = [cut for cut in cuts if cut is not None]
     resolved = not measured or any(cut != whole for cut in measured)
     return _Step(blocks_from_cuts(cuts, whole), query, resolved)
-
-
-#: Signals the agent gateway counts at most once per session, whose exposure is sessions:
-#: sessions go to a pool independently, so their events cannot cluster.
-ONCE_PER_SESSION = frozenset(
-    {
-        "escalations",
-        "escalation_rate",
-        "session_timeouts",
-        "session_timeout_rate",
-        "session_schema_violations",
-        "session_schema_violation_rate",
-    }
-)
-
-
-def clustered(spec: CompareGate) -> bool:
-    """Whether the gate's events may come several to a session (see ``CompareGate.clustered``)."""
-    if spec.clustered is not None:
-        return spec.clustered
-    return spec.signal not in ONCE_PER_SESSION
 
 
 def _cumulative(

@@ -79,7 +79,9 @@ def plan_validate(files: tuple[str, ...], output: str) -> None:
     """Check plan FILES: prints 'FILE: ok' or one line per problem (exit 2).
 
     Warnings (legal but probably wrong, such as a target concurrency the canary pool
-    cannot hold at max_seq_len) are printed as 'FILE: warning: ...' and do not fail.
+    cannot hold at max_seq_len, or a compare gate whose steps are too short to see the
+    regression its 'detect' names at the plan's 'traffic') are printed as
+    'FILE: warning: ...' and do not fail.
     With --output json, prints a list with one object per file: file, ok, problems and
     warnings (each a list of source, field and message; source is the file or a file it
     names, such as its metrics templates).

@@ -11,7 +11,6 @@ from typing import Any
 import pytest
 
 from rolloutd.analysis.base import Evaluation, FinalWindow, Judging, Measurement, Pool
-from rolloutd.analysis.comparisons import clustered
 from rolloutd.analysis.gates import evaluate_gate
 from rolloutd.analysis.sources import MemoryMetrics
 from rolloutd.core.actions import Verdict
@@ -88,10 +87,12 @@ def test_a_window_without_canary_exposure_is_pending_not_an_error() -> None:
 
 def test_escalations_are_once_per_session_and_timeouts_cluster_unless_the_plan_says() -> None:
     """The default follows the signal; the gate's ``clustered`` overrides it."""
-    assert not clustered(CompareGate(kind="compare", signal="escalations"))
-    assert clustered(CompareGate(kind="compare", signal="queue_timeouts"))
-    assert not clustered(CompareGate(kind="compare", signal="queue_timeouts", clustered=False))
-    assert clustered(CompareGate(kind="compare", signal="escalations", clustered=True))
+    assert not CompareGate(kind="compare", signal="escalations").events_cluster()
+    assert CompareGate(kind="compare", signal="queue_timeouts").events_cluster()
+    assert not CompareGate(
+        kind="compare", signal="queue_timeouts", clustered=False
+    ).events_cluster()
+    assert CompareGate(kind="compare", signal="escalations", clustered=True).events_cluster()
 
 
 def _steady(pool: Pool, _: float) -> tuple[float, float]:

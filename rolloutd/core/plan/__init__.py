@@ -36,9 +36,11 @@ from rolloutd.core.plan.fleet import (
 )
 from rolloutd.core.plan.gates import (
     DEFAULT_MIN_LOAD_RATIO,
+    ONCE_PER_SESSION,
     QUEUE_TIMEOUT_SIGNALS,
     CapacityGate,
     CompareGate,
+    Detect,
     EventsGate,
     GateSpec,
     LatencyGate,
@@ -48,11 +50,12 @@ from rolloutd.core.plan.gates import (
     ThresholdGate,
     planned_load_ratio,
 )
-from rolloutd.core.plan.model import Limits, Plan, Rollback
+from rolloutd.core.plan.model import Limits, Plan, Rollback, Traffic
 from rolloutd.core.plan.steps import CanaryStep, FullStep, PauseStep, ShadowStep, SteadyStep, Step
 
 __all__ = [
     "DEFAULT_MIN_LOAD_RATIO",
+    "ONCE_PER_SESSION",
     "QUEUE_TIMEOUT_SIGNALS",
     "TEMPLATE_FIELDS",
     "AlertChannel",
@@ -66,6 +69,7 @@ __all__ = [
     "CapacityGate",
     "CommandExecutor",
     "CompareGate",
+    "Detect",
     "Duration",
     "EngineShape",
     "EventsGate",
@@ -97,6 +101,7 @@ __all__ = [
     "Step",
     "SuiteGate",
     "ThresholdGate",
+    "Traffic",
     "TritonExecutor",
     "plan_problems",
     "plan_warnings",

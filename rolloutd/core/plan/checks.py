@@ -15,13 +15,15 @@ from rolloutd.core.plan.steps import CanaryStep, FullStep, PauseStep, ShadowStep
 def plan_warnings(
     plan: Plan, latency_edges: Mapping[str, tuple[str, Sequence[float]]] | None = None
 ) -> list[tuple[str, str]]:
-    """Things that are legal but probably wrong: a target concurrency that cannot fit, and
-    step gates that cannot pass at their step's load (``rolloutd.core.loadmatch``).
+    """Things that are legal but probably wrong: a target concurrency that cannot fit, step
+    gates that cannot pass at their step's load (``rolloutd.core.loadmatch``), and compare
+    gates too short to see their ``detect`` regression (``rolloutd.core.power``).
     ``latency_edges``: per latency signal, where its static bucket edges come from and the
     edges, when the plan's templates state them."""
     from rolloutd.core.loadmatch import load_warnings
+    from rolloutd.core.power import power_warnings
 
-    return [*_capacity_warnings(plan), *load_warnings(plan, latency_edges)]
+    return [*_capacity_warnings(plan), *load_warnings(plan, latency_edges), *power_warnings(plan)]
 
 
 def _capacity_warnings(plan: Plan) -> list[tuple[str, str]]:
@@ -58,6 +60,8 @@ def _capacity_warnings(plan: Plan) -> list[tuple[str, str]]:
 
 def plan_problems(plan: Plan) -> list[tuple[str, str]]:
     """Every broken cross-field rule of ``plan`` as (field path, what was expected)."""
+    from rolloutd.core.power import detect_problems
+
     return [
         *_dangling_gate_references(plan),
         *_steps_out_of_order(plan),
@@ -68,6 +72,7 @@ def plan_problems(plan: Plan) -> list[tuple[str, str]]:
         *_gates_without_traffic(plan),
         *_step_min_samples(plan),
         *_production_executor(plan),
+        *detect_problems(plan),
     ]
 
 

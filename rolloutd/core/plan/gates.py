@@ -5,7 +5,7 @@ from __future__ import annotations
 from datetime import timedelta
 from typing import TYPE_CHECKING, Annotated, Literal, Self
 
-from pydantic import BeforeValidator, Field, model_validator
+from pydantic import BeforeValidator, ConfigDict, Field, model_validator
 
 from rolloutd.core.plan.base import Duration, Fraction, HttpUrl, Name, _duration, _Spec
 
@@ -101,6 +101,46 @@ QUEUE_TIMEOUT_SIGNALS = frozenset({"queue_timeouts", "queue_timeout_rate"})
 """Signals that count queue timeouts: like latency, they look better on an underloaded canary."""
 
 
+#: Signals the agent gateway counts at most once per session, whose exposure is sessions:
+#: sessions go to a pool independently, so their events cannot cluster.
+ONCE_PER_SESSION = frozenset(
+    {
+        "escalations",
+        "escalation_rate",
+        "session_timeouts",
+        "session_timeout_rate",
+        "session_schema_violations",
+        "session_schema_violation_rate",
+    }
+)
+
+
+class Detect(_Spec):
+    """The regression a compare gate is meant to see: its rate on stable (``from``) and on
+    a canary it must catch (``to``), with the chance of catching it at its final look that
+    the plan asks for. With the plan's ``traffic``, ``plan validate`` says when the gate's
+    steps are too short for it (``rolloutd.core.power``)."""
+
+    model_config = ConfigDict(populate_by_name=True)
+
+    baseline: float = Field(alias="from", gt=0.0, lt=1.0)
+    regressed: float = Field(alias="to", gt=0.0, lt=1.0)
+    power: float = Field(default=0.8, gt=0.0, lt=1.0)
+    dispersion: float = Field(default=1.0, ge=1.0)
+    """How many times a binomial's variance the canary's count has (sessions whose requests
+    share a fate): the ``dispersion`` a rollout's evidence reports. 1 (independent) for the
+    once-per-session signals; a request-level signal on agent traffic is usually above it."""
+
+    @model_validator(mode="after")
+    def _rises(self) -> Self:
+        if self.regressed <= self.baseline:
+            raise ValueError(
+                f"'to' ({self.regressed:g}) must be above 'from' ({self.baseline:g}): the gate "
+                "detects a canary rate above stable's"
+            )
+        return self
+
+
 def planned_load_ratio(weight: int, canary_replicas: int, stable_replicas: int) -> float:
     """One canary replica's share of sessions over one stable replica's, at ``weight`` percent
     (1-99): ``(w / nc) / ((1 - w) / ns)``."""
@@ -134,9 +174,17 @@ class CompareGate(_Gate):
     """The canary's load per replica, as a share of stable's, below which the gate may fail
     but not pass. Default: 0.7 on a queue-timeout signal (a short queue times out less),
     none otherwise."""
+    detect: Detect | None = None
+    """The smallest regression the gate should catch, for ``plan validate``'s power check."""
 
     def live_pools(self) -> frozenset[Literal["canary", "stable"]]:
         return frozenset({"canary", "stable"})
+
+    def events_cluster(self) -> bool:
+        """Whether the gate's events may come several to a session (see ``clustered``)."""
+        if self.clustered is not None:
+            return self.clustered
+        return self.signal not in ONCE_PER_SESSION
 
     def load_floor(self) -> float:
         """The effective ``min_load_ratio`` (0: a pass at any load)."""

@@ -26,6 +26,17 @@ class Limits(_Spec):
     progress_deadline: Duration | None = None
 
 
+class Traffic(_Spec):
+    """The live traffic the plan expects (at the busiest hour it will not wait for): with a
+    compare gate's ``detect``, ``plan validate`` says whether the gate's steps last long
+    enough to see that regression (``rolloutd.core.power``)."""
+
+    sessions_per_minute: float = Field(gt=0.0)
+    requests_per_session: float = Field(default=1.0, ge=1.0)
+    """Exposure per session of a request-level signal (requests, or tool calls for a
+    schema-violation rate); once-per-session signals count sessions."""
+
+
 class Rollback(_Spec):
     """Gates evaluated at every tick of every step; any breach rolls back at once."""
 
@@ -44,6 +55,7 @@ class Plan(_Spec):
     metrics: MetricsSpec
     artefacts: Artefacts
     capacity: Capacity | None = None
+    traffic: Traffic | None = None
     interval: Duration = timedelta(seconds=30)
     trigger_interval: Duration = timedelta(seconds=5)
     limits: Limits = Limits()
