@@ -91,7 +91,7 @@ def suite_paths(spec: SuiteGate, base_dir: Path | None = None) -> list[tuple[str
     Relative paths are read from ``base_dir`` (default: the working directory).
     """
     root = base_dir or Path.cwd()
-    named = [("suite", spec.suite)]
+    named = [] if spec.suite is None else [("suite", spec.suite)]
     if spec.sampled_suite:
         named.append(("sampled", spec.sampled_suite))
     return [

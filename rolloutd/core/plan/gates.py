@@ -226,26 +226,61 @@ class CapacityGate(_Gate):
         return frozenset({"canary"})
 
 
+class SampledSource(_Spec):
+    """Live traffic as a suite: each run samples what the agent gateway captured over the
+    ``window`` before it (OpenAI Batch JSONL, ``rolloutd.gateway.Capture``) into ``cases``
+    cases whose reference is the stable pool's answer, and replays them to both pools."""
+
+    capture: str = Field(min_length=1)
+    """The directory the gateway's capture writes (one ``YYYY-MM-DD`` pair of files a day)."""
+    cases: int = Field(default=300, ge=10, le=20_000)
+    """How many cases a run samples (stratified by tool; fewer when fewer were captured)."""
+    window: Duration = timedelta(hours=24)
+    """How far back a run samples from: a day, so a daily run sees each request once."""
+    min_cases: int = Field(default=50, ge=1)
+    """Fewer usable captured cases than this and the run is inconclusive (too little)."""
+
+    @model_validator(mode="after")
+    def _sane(self) -> Self:
+        if self.window <= timedelta(0):
+            raise ValueError("window must be longer than 0s")
+        if self.min_cases > self.cases:
+            raise ValueError(f"min_cases ({self.min_cases}) is more than cases ({self.cases})")
+        return self
+
+
 class SuiteGate(_Gate):
     """The tool-argument suite: per-field regressions or exactness against the baseline.
 
-    Runs at the step's entry (``at_entry``) and then every ``every``; ``sampled_suite`` names
-    a second suite (sampled live cases, same format) that is run and judged the same way.
-    The canary and baseline endpoints default to the first replica of each pool.
+    Runs at the step's entry (``at_entry``) and then every ``every``. ``suite`` names a fixed
+    suite file; ``sampled_suite`` a second file (sampled live cases, same format); ``sampled``
+    live traffic the gateway captured, sampled afresh at each run. Each is run on both pools
+    and judged the same way; a gate names at least one. The canary and baseline endpoints
+    default to the first replica of each pool.
     """
 
     kind: Literal["suite"]
-    suite: str = Field(min_length=1)
+    suite: str | None = Field(default=None, min_length=1)
     rule: Literal["no_regression", "at_least_baseline", "max_drop"]
     max_drop_points: float = Field(default=1.0, ge=0.0)
     alpha: float = Field(default=0.05, gt=0.0, lt=1.0)
     every: Duration | None = None
     at_entry: bool = True
     sampled_suite: str | None = Field(default=None, min_length=1)
+    sampled: SampledSource | None = None
     endpoint: HttpUrl | None = None
     baseline_endpoint: HttpUrl | None = None
     concurrency: int = Field(default=8, ge=1, le=256)
     max_request_errors: Fraction = 0.05
+
+    @model_validator(mode="after")
+    def _names_cases(self) -> Self:
+        if self.suite is None and self.sampled_suite is None and self.sampled is None:
+            raise ValueError(
+                "a suite gate needs cases: 'suite' (a file), 'sampled_suite' (a file) or "
+                "'sampled' ({capture: DIR}: live traffic the gateway captured)"
+            )
+        return self
 
 
 GateSpec = Annotated[
