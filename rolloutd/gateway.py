@@ -30,13 +30,21 @@ file. What counts, in one place (``request_finished`` and friends repeat it wher
 
 from __future__ import annotations
 
+import hashlib
+import json
 import math
+import os
+import random
+import re
 import threading
+import uuid
 from collections import OrderedDict
-from collections.abc import Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from datetime import UTC, date, datetime, timedelta
 from itertools import pairwise
-from typing import Literal
+from pathlib import Path
+from typing import Any, Literal
 
 from prometheus_client import CollectorRegistry, Counter, Histogram, start_http_server
 
@@ -453,3 +461,255 @@ def _histogram(
     spec: MetricSpec, buckets: tuple[float, ...], registry: CollectorRegistry
 ) -> Histogram:
     return Histogram(spec.name, spec.help, spec.labels, buckets=buckets, registry=registry)
+
+
+# --- the capture: live tool-calling requests in OpenAI Batch format ---------------------------
+
+CAPTURE_KEY = "rolloutd"
+"""The key rolloutd adds to each Batch *output* line: ``{"pool", "session", "at"}`` (the pool
+that answered, the sha256 of the session id, the UTC time the answer finished). Readers of the
+Batch format ignore a key they do not know."""
+REQUESTS_SUFFIX = ".requests.jsonl"
+RESPONSES_SUFFIX = ".responses.jsonl"
+CHAT_URL = "/v1/chat/completions"
+_DAY_FILE = re.compile(r"^(\d{4}-\d{2}-\d{2})\.(requests|responses)\.jsonl$")
+_SEGMENT = re.compile(r"^([A-Za-z0-9_-]+)?((?:\[(?:\*|\d+)\])*)$")
+
+
+@dataclass(frozen=True)
+class Redaction:
+    """One rule: ``drop`` or ``hash`` the value at ``path`` of the request or response body.
+
+    Written ``ACTION:DOCUMENT.PATH``: ``drop:request.metadata.user_id``,
+    ``hash:request.messages[*].content``, ``drop:response.choices[*].message.content``. A
+    path is keys separated by dots, each optionally followed by ``[*]`` (every item of a list)
+    or ``[N]``; a path that does not exist in a body is left alone. ``hash`` replaces the
+    value by ``"sha256:" + hex`` of its canonical JSON, so equal values stay equal.
+    """
+
+    action: Literal["drop", "hash"]
+    document: Literal["request", "response"]
+    path: tuple[str | int | None, ...]
+    """Keys (str), list indexes (int) and every item of a list (None)."""
+    text: str
+
+    @classmethod
+    def parse(cls, text: str) -> Redaction:
+        """The rule ``text`` says.
+
+        :raises ValueError: naming what in ``text`` is wrong.
+        """
+        action, colon, where = text.partition(":")
+        if not colon or action not in ("drop", "hash"):
+            raise ValueError(
+                f"redaction rule {text!r}: expected 'drop:' or 'hash:' and a path, e.g. "
+                "'hash:request.messages[*].content'"
+            )
+        document, dot, rest = where.partition(".")
+        if document not in ("request", "response") or not dot or not rest:
+            raise ValueError(
+                f"redaction rule {text!r}: the path starts with 'request.' or 'response.' "
+                "and names a field"
+            )
+        path: list[str | int | None] = []
+        for segment in rest.split("."):
+            match = _SEGMENT.match(segment)
+            if match is None or not segment:
+                raise ValueError(f"redaction rule {text!r}: bad path segment {segment!r}")
+            key, indexes = match.groups()
+            if key is not None:
+                path.append(key)
+            for index in re.findall(r"\[(\*|\d+)\]", indexes):
+                path.append(None if index == "*" else int(index))
+        return cls(action, document, tuple(path), text)  # type: ignore[arg-type]
+
+    def apply(self, body: Any) -> Any:
+        """``body`` with this rule applied (a copy where it changed anything)."""
+        return _redact(body, self.path, self.action)
+
+
+def _redact(node: Any, path: tuple[str | int | None, ...], action: str) -> Any:
+    if not path:
+        return None if action == "drop" else _digest(node)
+    step, rest = path[0], path[1:]
+    if isinstance(step, str):
+        if not isinstance(node, dict) or step not in node:
+            return node
+        copy = dict(node)
+        if not rest and action == "drop":
+            del copy[step]
+        else:
+            copy[step] = _redact(node[step], rest, action)
+        return copy
+    if not isinstance(node, list):
+        return node
+    indexes = range(len(node)) if step is None else [step] if 0 <= step < len(node) else []
+    copy_list = list(node)
+    for i in indexes:
+        copy_list[i] = _redact(node[i], rest, action)
+    if not rest and action == "drop":
+        copy_list = [item for i, item in enumerate(copy_list) if i not in set(indexes)]
+    return copy_list
+
+
+def _digest(value: Any) -> str:
+    canonical = json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    return "sha256:" + hashlib.sha256(canonical.encode()).hexdigest()
+
+
+def session_digest(session: str) -> str:
+    """The session id as the capture stores it: its sha256 (the raw id never is)."""
+    return hashlib.sha256(session.encode()).hexdigest()
+
+
+class Capture:
+    """Writes a share of live tool-calling chat requests and their answers as OpenAI Batch
+    JSONL, for rolloutd to sample suites from (``rolloutctl suite sample``).
+
+    Per UTC day two files in ``directory``: ``YYYY-MM-DD.requests.jsonl`` holds Batch *input*
+    lines ``{"custom_id", "method": "POST", "url": "/v1/chat/completions", "body"}`` (what
+    vLLM's ``run-batch`` reads) and ``YYYY-MM-DD.responses.jsonl`` the *output* lines
+    ``{"id", "custom_id", "response": {"status_code", "request_id", "body"}, "error", "rolloutd":
+    {"pool", "session", "at"}}`` (what it writes, plus :data:`CAPTURE_KEY`). Both are appended
+    a whole line at a time under a lock, the output line after its input line, so a crash
+    leaves at most a truncated last line, which the reader reports and skips.
+
+    - **What is sampled**: requests whose body offers ``tools``, each with probability
+      ``share``, drawn per request from a generator seeded with ``seed`` (reproducible in one
+      thread). Per request, not per session: a day's sample then spreads over many sessions.
+    - **Redaction** (:class:`Redaction`) is applied to both bodies before anything is written.
+    - **A size cap**: once a day's two files hold ``max_bytes_per_day``, that day's further
+      requests are counted in ``skipped_over_cap`` and not written.
+    - **Retention**: days older than ``retention`` are deleted when the capture starts and at
+      each new day.
+
+    Only the standard library is used, so a gateway can vendor this file.
+    """
+
+    def __init__(
+        self,
+        directory: str | Path,
+        *,
+        share: float = 0.05,
+        redact: Sequence[str | Redaction] = (),
+        max_bytes_per_day: int = 512 * 1024 * 1024,
+        retention: timedelta = timedelta(days=7),
+        seed: int | None = None,
+        clock: Callable[[], datetime] | None = None,
+    ) -> None:
+        """Capture into ``directory`` (created if missing).
+
+        :raises ValueError: a share outside 0-1, a bad redaction rule, a cap or retention
+            that is not positive.
+        """
+        if not 0.0 <= share <= 1.0:
+            raise ValueError(f"share must lie between 0 and 1, not {share!r}")
+        if max_bytes_per_day <= 0 or retention <= timedelta(0):
+            raise ValueError("max_bytes_per_day and retention must be positive")
+        self.directory = Path(directory)
+        self.directory.mkdir(parents=True, exist_ok=True)
+        self.share = share
+        self.rules = tuple(r if isinstance(r, Redaction) else Redaction.parse(r) for r in redact)
+        self.max_bytes_per_day = max_bytes_per_day
+        self.retention = retention
+        self._clock = clock or (lambda: datetime.now(UTC))
+        self._random = random.Random(seed)
+        self._lock = threading.Lock()
+        self._day: date | None = None
+        self._bytes = 0
+        self.captured = 0
+        self.skipped_over_cap = 0
+
+    def record(
+        self,
+        body: Mapping[str, Any],
+        *,
+        answer: Mapping[str, Any] | None,
+        status_code: int,
+        pool: str,
+        session: str | None = None,
+    ) -> bool:
+        """Offer one finished chat request (``body``) and its answer (the response's JSON body,
+        None when it had none) to the capture; whether it was written.
+
+        :raises ValueError: an unknown pool.
+        """
+        label = _pool(pool)
+        tools = body.get("tools")
+        if not isinstance(tools, list) or not tools:
+            return False
+        with self._lock:
+            if self._random.random() >= self.share:
+                return False
+        request = dict(body)
+        response = None if answer is None else dict(answer)
+        for rule in self.rules:
+            if rule.document == "request":
+                request = rule.apply(request)
+            elif response is not None:
+                response = rule.apply(response)
+        now = self._clock().astimezone(UTC)
+        custom_id = f"req-{uuid.uuid4().hex}"
+        input_line = {"custom_id": custom_id, "method": "POST", "url": CHAT_URL, "body": request}
+        output_line = {
+            "id": f"batch_req_{uuid.uuid4().hex}",
+            "custom_id": custom_id,
+            "response": {
+                "status_code": status_code,
+                "request_id": f"req_{uuid.uuid4().hex}",
+                "body": response,
+            },
+            "error": None,
+            CAPTURE_KEY: {
+                "pool": label,
+                "session": None if session is None else session_digest(session),
+                "at": now.isoformat().replace("+00:00", "Z"),
+            },
+        }
+        lines = [_jsonl(input_line), _jsonl(output_line)]
+        size = sum(len(line) for line in lines)
+        with self._lock:
+            self._roll(now.date())
+            if self._bytes + size > self.max_bytes_per_day:
+                self.skipped_over_cap += 1
+                return False
+            stem = self.directory / now.date().isoformat()
+            for suffix, line in zip((REQUESTS_SUFFIX, RESPONSES_SUFFIX), lines, strict=True):
+                with open(f"{stem}{suffix}", "ab") as handle:
+                    handle.write(line)
+            self._bytes += size
+            self.captured += 1
+        return True
+
+    def _roll(self, today: date) -> None:
+        """At a new day: count what its files already hold, and drop expired days."""
+        if self._day == today:
+            return
+        self._day = today
+        stem = self.directory / today.isoformat()
+        self._bytes = sum(
+            os.path.getsize(f"{stem}{suffix}")
+            for suffix in (REQUESTS_SUFFIX, RESPONSES_SUFFIX)
+            if os.path.exists(f"{stem}{suffix}")
+        )
+        oldest = today - self.retention
+        for path in self.directory.iterdir():
+            match = _DAY_FILE.match(path.name)
+            if match is None:
+                continue
+            try:
+                day = date.fromisoformat(match.group(1))
+            except ValueError:
+                continue
+            if day < oldest:
+                path.unlink(missing_ok=True)
+
+    def expire(self) -> None:
+        """Delete the days past ``retention`` now (the capture also does at each new day)."""
+        with self._lock:
+            self._day = None
+            self._roll(self._clock().astimezone(UTC).date())
+
+
+def _jsonl(line: Mapping[str, Any]) -> bytes:
+    return (json.dumps(line, ensure_ascii=False, separators=(",", ":")) + "\n").encode()

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import hashlib
 import time
 from collections.abc import Awaitable, Callable, Sequence
 from contextlib import AbstractContextManager
@@ -36,6 +37,7 @@ from sqlalchemy.orm import Session, sessionmaker
 from rolloutd.analysis.base import Evaluation, Role
 from rolloutd.clock import utc_now
 from rolloutd.core.actions import Verdict
+from rolloutd.core.durations import format_duration
 from rolloutd.core.plan import Plan, SuiteGate
 from rolloutd.errors import BadInput
 from rolloutd.evaluation import records
@@ -85,8 +87,14 @@ class RunControl(Protocol):
         """A transaction that commits only while the job and the lease are still ours."""
 
 
+LIVE = "live"
+"""The label of a gate's ``sampled`` source: its cases are sampled afresh at each run from
+the capture directory, which stands as the suite's path in the stored runs."""
+
+
 def suite_paths(spec: SuiteGate, base_dir: Path | None = None) -> list[tuple[str, Path]]:
-    """The gate's suites as (label, path): ``suite``, then ``sampled`` when named.
+    """The gate's suites as (label, path): ``suite``, then ``sampled`` when named, then
+    ``live`` (the capture directory of ``sampled``).
 
     Relative paths are read from ``base_dir`` (default: the working directory).
     """
@@ -94,6 +102,8 @@ def suite_paths(spec: SuiteGate, base_dir: Path | None = None) -> list[tuple[str
     named = [] if spec.suite is None else [("suite", spec.suite)]
     if spec.sampled_suite:
         named.append(("sampled", spec.sampled_suite))
+    if spec.sampled is not None:
+        named.append((LIVE, spec.sampled.capture))
     return [
         (label, Path(path) if Path(path).is_absolute() else root / path) for label, path in named
     ]
@@ -136,11 +146,18 @@ def run_suite_for_gate(
 
     def run_one(label: str, path: Path) -> Evaluation | _Pair:
         try:
-            suite = load_suite(path)
+            if label == LIVE:
+                suite = _live_suite(spec, path, now, seed=_seed(rollout_id, name, now))
+            else:
+                suite = load_suite(path)
         except BadInput as exc:
-            return Evaluation(name, role, Verdict.INCONCLUSIVE, now, reason=f"bad suite: {exc}")
+            what = "live sample" if label == LIVE else "bad suite"
+            return Evaluation(name, role, Verdict.INCONCLUSIVE, now, reason=f"{what}: {exc}")
+        # A live sample is replayed to both pools at every run: the reference is what stable
+        # answered when it was captured, and stable's replay tells a regression from
+        # nondeterminism and from a reference that was wrong.
         baseline, canary = _run_pair(
-            sessions, plan, spec, suite, rollout_id, options, clock, control
+            sessions, plan, spec, suite, rollout_id, options, clock, control, label != LIVE
         )
         write = transaction(sessions) if control is None else control.write()
         with write as session:
@@ -244,10 +261,11 @@ def _run_pair(
     options: RunnerOptions,
     clock: Callable[[], datetime],
     control: RunControl | None,
+    reuse_baseline: bool = True,
 ) -> tuple[RunSummary, RunSummary]:
     baseline_url, canary_url = endpoints(plan, spec)
     stored: RunSummary | None = None
-    if spec.rule == "at_least_baseline":
+    if spec.rule == "at_least_baseline" and reuse_baseline:
         with sessions() as session:
             stored = records.latest_run(
                 session, rollout_id=rollout_id, role="baseline", suite_sha256=suite.sha256
@@ -286,6 +304,38 @@ async def _held(work: Awaitable[T], control: RunControl) -> T:
                 await task
             raise RunAbandoned("the run was stopped")
     return task.result()
+
+
+def _live_suite(spec: SuiteGate, capture: Path, now: datetime, *, seed: int) -> Suite:
+    """This run's sample of the traffic captured over the gate's window before ``now``.
+
+    :raises BadInput: the capture cannot be read, or holds fewer usable cases than
+        ``min_cases`` (the message gives the counts, never the content).
+    """
+    from rolloutd.evaluation.sampling import read_and_sample, suite_of
+
+    sampled = spec.sampled
+    assert sampled is not None
+    sample, read = read_and_sample(
+        capture, since=now - sampled.window, until=now, cases=sampled.cases, seed=seed
+    )
+    problems = len(read.problems)
+    if sample.kept < sampled.min_cases:
+        dropped = ", ".join(f"{n} {why}" for why, n in sample.dropped.items()) or "none"
+        unread = f"; {problems} unreadable line(s)" if problems else ""
+        raise BadInput.one(
+            str(capture),
+            "",
+            f"{sample.kept} usable captured case(s) in the last {format_duration(sampled.window)}, "
+            f"fewer than min_cases {sampled.min_cases} (dropped: {dropped}{unread})",
+        )
+    return suite_of(sample, str(capture))
+
+
+def _seed(rollout_id: int, gate: str, now: datetime) -> int:
+    """The sample's seed: the same rollout, gate and run time draw the same cases."""
+    digest = hashlib.sha256(f"{rollout_id}/{gate}/{now.isoformat()}".encode()).digest()
+    return int.from_bytes(digest[:8], "big")
 
 
 def _run_number(session: Session, canary: RunSummary, *, rollout_id: int, gate: str) -> int:

@@ -25,6 +25,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
+from rolloutd.gateway import Capture
 from rolloutd.sim.cases import make_case, rng_for, schema_of, tool_definitions
 from rolloutd.sim.gateway import AgentMetrics
 from rolloutd.sim.httpclient import KeepAliveClient
@@ -120,6 +121,7 @@ class TrafficGenerator:
         duration_s: float | None = None,
         request_timeout_s: float = 60.0,
         model: str = "atlas-70b",
+        capture: Capture | None = None,
     ) -> None:
         self.url = url.rstrip("/")
         self.concurrency = concurrency
@@ -142,6 +144,8 @@ class TrafficGenerator:
         self._tools = tool_definitions()
         self._tool_names = {tool["function"]["name"] for tool in self._tools}
         self._timeout = request_timeout_s
+        # The gateway's capture of live tool-calling requests, as a real gateway writes it.
+        self.capture = capture
 
     def run(self) -> TrafficReport:
         """Run until a bound is reached; returns the report.
@@ -285,6 +289,12 @@ class TrafficGenerator:
         except (ValueError, KeyError, IndexError, TypeError):
             # A 200 that is not a chat completion (a misrouted proxy page) is an error.
             return pool, self._bad(pool, "error")
+        if self.capture is not None and pool in ("stable", "canary"):
+            # What the user's agent sent: the simulator's own fields are not part of it.
+            sent = {k: v for k, v in body.items() if not k.startswith("rolloutd_")}
+            self.capture.record(
+                sent, answer=payload, status_code=status, pool=pool, session=session
+            )
         with self._lock:
             tally = self._tally(pool)
             tally.requests += 1
