@@ -788,6 +788,10 @@ from rolloutd.cli.sim import sim_group  # noqa: E402
 
 cli.add_command(sim_group)
 
+from rolloutd.cli.sample import suite_group  # noqa: E402
+
+cli.add_command(suite_group)
+
 
 def main(argv: list[str] | None = None) -> None:
     """Entry point of the ``rolloutctl`` console script."""

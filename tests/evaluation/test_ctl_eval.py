@@ -47,12 +47,12 @@ def test_a_bad_suite_is_refused_before_any_request(
     """Exit 2 with file:line and field; the endpoint never sees a request."""
     suite = _small_suite(tmp_path, 3)
     suite.write_text(suite.read_text() + '{"id": "x", "messages": []}\n')
-    before = replica.ledger.position
+    before = replica.ledger.position()
     code, out, err = _run(["eval", str(suite), "--endpoint", replica.url, "--no-store"], capsys)
     assert code == 2
     assert f"{suite}:4: messages: required" in err
     assert "Traceback" not in err and out == ""
-    assert replica.ledger.position == before
+    assert replica.ledger.position() == before
 
 
 def test_an_endpoint_that_is_not_a_url_is_bad_input(

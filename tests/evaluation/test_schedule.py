@@ -64,13 +64,13 @@ def test_shadow_then_canary_gates_run_store_and_reuse_the_shadow_baseline(
         shadow = shadow.model_copy(update={"suite": "small.jsonl"})
         first = run_step_gate(spec=shadow, name="tool_args_no_regression", step_index=0)
         assert first.verdict is Verdict.FAIL
-        asked_stable = stable.ledger.position
+        asked_stable = stable.ledger.position()
         daily = plan.gates["tool_args_exactness"]
         assert isinstance(daily, SuiteGate)
         daily = daily.model_copy(update={"suite": "small.jsonl"})
         second = run_step_gate(spec=daily, name="tool_args_exactness", step_index=1)
     assert second.verdict is Verdict.FAIL
-    assert stable.ledger.position == asked_stable  # the shadow baseline was reused
+    assert stable.ledger.position() == asked_stable  # the shadow baseline was reused
     assert second.evidence["baseline"]["run_id"] == first.evidence["baseline"]["run_id"]
     with store.sessions() as session:
         again = judge_stored(session, spec=daily, name="tool_args_exactness", **step_gate)

@@ -1,0 +1,124 @@
+"""``rolloutctl suite sample``: a day of the gateway's capture as a tool-argument suite.
+
+What it reads, keeps and drops is ``rolloutd.evaluation.sampling``'s; this prints it. Nothing
+of the captured content is printed: counts, tools, files and line numbers only.
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, date, datetime, time, timedelta
+from pathlib import Path
+from typing import Any
+
+import click
+
+from rolloutd.cli.common import OUTPUT, emit
+from rolloutd.errors import BadInput
+
+
+@click.group("suite")
+def suite_group() -> None:
+    """Tool-argument suites made from live traffic."""
+
+
+@suite_group.command("sample")
+@click.argument("capture", type=click.Path(file_okay=False))
+@click.option("--out", "out", required=True, type=click.Path(dir_okay=False), help="Suite file.")
+@click.option("--day", help="The UTC day to sample, YYYY-MM-DD (default: yesterday).")
+@click.option("--since", help="Start of the stretch to sample (ISO 8601); with --until.")
+@click.option("--until", help="End of the stretch to sample (ISO 8601); with --since.")
+@click.option("--cases", type=click.IntRange(1, 20_000), default=300, show_default=True)
+@click.option("--seed", type=click.IntRange(0, 2**63 - 1), default=0, show_default=True)
+@click.option(
+    "--assume-pool",
+    type=click.Choice(["stable", "canary"]),
+    help="The pool that answered lines that do not say (a capture written by another tool).",
+)
+@OUTPUT
+def sample_command(
+    capture: str,
+    out: str,
+    day: str | None,
+    since: str | None,
+    until: str | None,
+    cases: int,
+    seed: int,
+    assume_pool: str | None,
+    output: str,
+) -> None:
+    """Sample the requests CAPTURE holds for a day into a suite written to --out.
+
+    Keeps the requests that offered tools and that the stable pool answered with a tool call
+    (its call is the reference), removes duplicates, shares --cases among the tools (a rare
+    tool keeps all it has) and draws with --seed. Prints what it kept per tool and what it
+    dropped and why; unreadable lines are listed with their file and line and skipped.
+    Exit 2 when nothing usable was captured (nothing is written then).
+
+    \b
+    Examples:
+      rolloutctl suite sample /var/lib/agent-gateway/capture --out live.jsonl
+      rolloutctl suite sample capture/ --day 2026-12-04 --cases 500 --seed 7 --out live.jsonl
+      rolloutctl suite sample batch/ --assume-pool stable --out live.jsonl -o json
+    """
+    from rolloutd.evaluation.sampling import sample_day
+
+    start, end = _stretch(day, since, until)
+    report = sample_day(
+        Path(capture),
+        since=start,
+        until=end,
+        cases=cases,
+        seed=seed,
+        out=Path(out),
+        assume_pool=assume_pool,
+    )
+    data = {"capture": capture, "since": start.isoformat(), "until": end.isoformat()}
+    data |= report.as_json()
+    if report.kept == 0:
+        reason = "no usable captured case"
+        if not report.files:
+            reason = f"nothing captured from {start.isoformat()} to {end.isoformat()}"
+        elif report.dropped:
+            reason += " (" + ", ".join(f"{n} {w}" for w, n in report.dropped.items()) + ")"
+        raise BadInput.one(capture, "", reason + "; nothing written")
+    emit(data, output, _print)
+
+
+def _print(data: dict[str, Any]) -> None:
+    click.echo(f"{data['out']}: {data['kept']} cases (sha256 {data['sha256'][:12]})")
+    for tool, kept in data["by_tool"].items():
+        click.echo(f"  {tool}: {kept} of {data['available'][tool]}")
+    for reason, count in data["dropped"].items():
+        click.echo(f"  dropped {count}: {reason}")
+    for problem in data["problems"]:
+        click.echo(f"  skipped {problem}", err=True)
+
+
+def _stretch(day: str | None, since: str | None, until: str | None) -> tuple[datetime, datetime]:
+    """[start, end) of what to sample, from the options.
+
+    :raises BadInput: a malformed or contradictory choice.
+    """
+    if (since is None) != (until is None):
+        raise BadInput.one("--since/--until", "", "give both, or neither")
+    if since is not None and until is not None:
+        if day is not None:
+            raise BadInput.one("--day", "", "give --day or --since/--until, not both")
+        start, end = _instant("--since", since), _instant("--until", until)
+        if end <= start:
+            raise BadInput.one("--until", "", "must be later than --since")
+        return start, end
+    try:
+        chosen = date.fromisoformat(day) if day else datetime.now(UTC).date() - timedelta(days=1)
+    except ValueError:
+        raise BadInput.one("--day", "", f"expected YYYY-MM-DD, got {day!r}") from None
+    start = datetime.combine(chosen, time(), tzinfo=UTC)
+    return start, start + timedelta(days=1)
+
+
+def _instant(option: str, text: str) -> datetime:
+    try:
+        value = datetime.fromisoformat(text.replace("Z", "+00:00"))
+    except ValueError:
+        raise BadInput.one(option, "", f"expected an ISO 8601 time, got {text!r}") from None
+    return value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
