@@ -1,6 +1,6 @@
 """What the suite runner costs: wall time against the ideal, and its CPU per case.
 
-    python3 bench/eval_suite.py [--latency 0.1] [--concurrency 32] [--repeats 3]
+    python3 bench/eval_suite.py [--latency 0.1] [--concurrency 32] [--repeats 3] [--pools 2]
 
 Starts a minimal OpenAI-compatible endpoint in a *separate process*, so that the runner's
 CPU time is measured alone: an asyncio server that answers each request, with the case's
@@ -10,6 +10,10 @@ given concurrency and prints, per repeat: cases, concurrency, latency, wall time
 ``ceil(cases / concurrency) x latency``, their ratio, the runner's CPU milliseconds per case
 (process time of this process over the run, which includes request building, JSON parsing
 and the schema-aware scoring) and the endpoint's.
+
+With ``--pools 2`` it replays the suite to two endpoints at once (two endpoint processes),
+as a suite gate's run does to the stable and the canary replica: the wall time is that of
+both, against the same ideal, and the CPU per case counts both pools' cases.
 
 The figures are about the runner, not the endpoint. The endpoint used to be a threaded
 http.server, and at concurrency 128 it was the bottleneck: 0.7-0.9 ms of its CPU per request
@@ -31,7 +35,8 @@ import time
 from multiprocessing.connection import Connection
 from pathlib import Path
 
-from rolloutd.evaluation.runner import RunnerOptions, run_suite
+from rolloutd.evaluation.results import RunSummary
+from rolloutd.evaluation.runner import RunnerOptions, run_suite_async
 from rolloutd.evaluation.suite import load_suite
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -116,39 +121,52 @@ def main() -> None:
     parser.add_argument("--latency", type=float, default=0.1, help="seconds per request")
     parser.add_argument("--concurrency", type=int, default=32)
     parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--pools", type=int, choices=(1, 2), default=1, help="endpoints at once")
     args = parser.parse_args()
 
     suite = load_suite(SUITE)
-    control, remote = multiprocessing.Pipe()
-    server = multiprocessing.Process(target=serve, args=(args.latency, remote), daemon=True)
-    server.start()
-    url = f"http://127.0.0.1:{control.recv()}"
+    endpoints = []
+    for _ in range(args.pools):
+        control, remote = multiprocessing.Pipe()
+        server = multiprocessing.Process(target=serve, args=(args.latency, remote), daemon=True)
+        server.start()
+        endpoints.append((server, control, f"http://127.0.0.1:{control.recv()}"))
 
     def endpoint_cpu() -> float:
-        control.send("cpu?")
-        return float(control.recv())
+        total = 0.0
+        for _, control, _ in endpoints:
+            control.send("cpu?")
+            total += float(control.recv())
+        return total
+
+    async def replay() -> list[RunSummary]:
+        return await asyncio.gather(
+            *(run_suite_async(suite, url, options=options) for _, _, url in endpoints)
+        )
 
     options = RunnerOptions(concurrency=args.concurrency, send_expected=True, model="bench")
     ideal = math.ceil(len(suite) / args.concurrency) * args.latency
+    cases = len(suite) * args.pools
     print(
-        f"| {'cases':>5} | {'conc.':>5} | {'latency':>7} | {'wall s':>6} | {'ideal s':>7} "
-        f"| {'ratio':>5} | {'CPU ms/case':>11} | {'endpoint':>8} | {'exact':>5} |"
+        f"| {'pools':>5} | {'cases':>5} | {'conc.':>5} | {'latency':>7} | {'wall s':>6} "
+        f"| {'ideal s':>7} | {'ratio':>5} | {'CPU ms/case':>11} | {'endpoint':>8} | {'exact':>5} |"
     )
     try:
         for _ in range(args.repeats):
             served, cpu, wall = endpoint_cpu(), time.process_time(), time.perf_counter()
-            run = run_suite(suite, url, options=options)
+            runs = asyncio.run(replay())
             wall = time.perf_counter() - wall
             cpu = time.process_time() - cpu
             served = endpoint_cpu() - served
             print(
-                f"| {len(suite):5} | {args.concurrency:5} | {args.latency:6.3f}s | {wall:6.3f} "
-                f"| {ideal:7.3f} | {wall / ideal:5.2f} | {1000 * cpu / len(suite):11.2f} "
-                f"| {1000 * served / len(suite):8.2f} | {run.exact:5} |"
+                f"| {args.pools:5} | {cases:5} | {args.concurrency:5} | {args.latency:6.3f}s "
+                f"| {wall:6.3f} | {ideal:7.3f} | {wall / ideal:5.2f} | {1000 * cpu / cases:11.2f} "
+                f"| {1000 * served / cases:8.2f} | {sum(run.exact for run in runs):5} |"
             )
     finally:
-        server.terminate()
-        server.join()
+        for server, _, _ in endpoints:
+            server.terminate()
+            server.join()
 
 
 if __name__ == "__main__":
