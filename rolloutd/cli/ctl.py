@@ -132,7 +132,8 @@ def _print_validation(results: list[dict[str, Any]]) -> None:
 @click.argument("file", type=click.Path(dir_okay=True))
 @OUTPUT
 def plan_check(file: str, output: str) -> None:
-    """Ask the plan's Prometheus for every gate's signal on both pools, now.
+    """Ask the plan's Prometheus for every gate's signal on both pools, now, and count
+    the usable cases each live-traffic suite gate's capture holds.
 
     Prints a row per gate, signal and pool: ok (with the value and samples), no data yet
     (the series exist but there is no traffic or no fresh sample: it may come), or absent
@@ -146,14 +147,16 @@ def plan_check(file: str, output: str) -> None:
       rolloutctl plan check config/plans/atlas-70b-maxseq8192.yaml
       rolloutctl plan check plan.yaml -o json | jq '.[] | select(.found == "absent")'
     """
+    from rolloutd.analysis.preflight import blocking, check_captures
     from rolloutd.planfile import load_plan
 
     loaded = load_plan(file)
     checks = _preflight(loaded.plan, file)
-    if checks is None:
+    captures = check_captures(loaded.plan, _now())
+    if checks is None and not captures:
         click.echo(f"{file}: metrics source {loaded.plan.metrics.source!r}: nothing to check")
         return
-    from rolloutd.analysis.preflight import blocking
+    checks = [*(checks or []), *captures]
     from rolloutd.cli import render
 
     rows = [c.as_dict() for c in checks]
