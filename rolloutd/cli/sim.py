@@ -181,8 +181,9 @@ def fleet(
     their own splitter. In DIR: models/ and engine-*.json (the two artefact sets to pin),
     plans/ (the reference plans with only their replica URLs, router and metrics source
     pointed here), metrics.json and metrics-staging.json (rewritten every 2 s: the file
-    metrics source), and fleet.env (the URLs, written last: the fleet is ready). Serves
-    until SIGINT or SIGTERM.
+    metrics source), capture/ (a fifth of the agents' tool calls, in OpenAI Batch format,
+    for the live-traffic suite gates), and fleet.env (the URLs, written last: the fleet is
+    ready). Serves until SIGINT or SIGTERM.
 
     \b
     Examples:
@@ -210,12 +211,17 @@ def fleet(
         _serve_until(stop)
 
 
+CAPTURE_SHARE = 0.2
+"""The share of tool-calling requests the fleet's gateway captures into DIR/capture."""
+
+
 def _start_fleet(
     stack: ExitStack, root: Path, port_base: int, agents: int, seed: int, time_scale: float
 ) -> dict[str, Any]:
     """Start both environments' replicas, splitters, metrics files and the traffic; each
     stops when ``stack`` closes."""
     from rolloutd.demo.splitter import Splitter
+    from rolloutd.gateway import Capture
     from rolloutd.sim.config import REFERENCE_CANARY
     from rolloutd.sim.fleet import Fleet, ReplicaSpec
     from rolloutd.sim.metricsfile import MetricsFileWriter
@@ -251,12 +257,16 @@ def _start_fleet(
         writer.start()
     if agents:
         production = fleets["production"]
+        # The gateway captures a fifth of the tool-calling requests, as a deployment's would:
+        # the live-traffic suite gates sample what the fleet served.
+        capture = Capture(root / "capture", share=CAPTURE_SHARE, seed=seed)
         traffic = TrafficGenerator(
             splitters["production"].url,
             concurrency=agents,
             gateway=production.gateway,
             time_scale=time_scale,
             seed=seed,
+            capture=capture,
         ).start()
         stack.callback(traffic.stop)
     return {"fleets": fleets, "splitters": splitters, "agents": agents}
@@ -291,6 +301,7 @@ def _write_dir(
                 weights=absolute / f"weights{suffix}.json",
                 metrics=absolute / f"metrics{suffix}.json",
                 source=str(sources[env]),
+                capture=absolute / "capture",
             )
         except FleetDirError as exc:
             raise BadInput.one("--plans", "", str(exc)) from None

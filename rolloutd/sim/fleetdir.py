@@ -10,7 +10,9 @@ plan of the README, not a demo variant:
 * ``router`` becomes the ``file`` router on the weights file the fleet's splitter reads;
 * ``metrics`` becomes the ``file`` source on the file the fleet rewrites every few seconds
   (see ``metricsfile``), since a separate ``rolloutd run`` can read a file but not the
-  simulator, and there is no Prometheus on a fresh clone.
+  simulator, and there is no Prometheus on a fresh clone;
+* a suite gate's ``sampled.capture`` becomes the directory the fleet's agent traffic is
+  captured into, so the live-traffic gates replay what the fleet served.
 """
 
 from __future__ import annotations
@@ -23,7 +25,12 @@ from typing import Any
 
 import yaml
 
-SIM_FIELDS: tuple[str, ...] = ("pools.stable/canary.replicas[].url", "router", "metrics")
+SIM_FIELDS: tuple[str, ...] = (
+    "pools.stable/canary.replicas[].url",
+    "router",
+    "metrics",
+    "gates.*.sampled.capture",
+)
 """The fields a plan copy changes; everything else is the original's."""
 
 STABLE_SET = "atlas-70b-fp8-msl32768"
@@ -77,6 +84,7 @@ def pointed_at_fleet(
     weights: Path,
     metrics: Path,
     source: str,
+    capture: Path | None = None,
 ) -> dict[str, Any]:
     """A copy of the plan ``data`` that differs in :data:`SIM_FIELDS` only.
 
@@ -95,6 +103,9 @@ def pointed_at_fleet(
     header = plan["router"].get("session_header", "X-Session-Id")
     plan["router"] = {"driver": "file", "path": str(weights), "session_header": header}
     plan["metrics"] = {"source": "file", "path": str(metrics)}
+    for gate in (plan.get("gates") or {}).values():
+        if capture is not None and isinstance(gate, dict) and isinstance(gate.get("sampled"), dict):
+            gate["sampled"]["capture"] = str(capture)
     return plan
 
 

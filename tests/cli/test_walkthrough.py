@@ -38,6 +38,12 @@ def without_sim_fields(plan: dict[str, Any]) -> dict[str, Any]:
     """``plan`` without the fields a plan copy may change (``SIM_FIELDS``: replica URLs,
     router, metrics), replica names kept."""
     rest = {key: value for key, value in plan.items() if key not in ("router", "metrics")}
+    rest["gates"] = {
+        name: {**gate, "sampled": {**gate["sampled"], "capture": None}}
+        if "sampled" in gate
+        else gate
+        for name, gate in plan.get("gates", {}).items()
+    }
     rest["pools"] = {
         pool: {**spec, "replicas": [{"name": r["name"]} for r in spec["replicas"]]}
         for pool, spec in plan["pools"].items()
@@ -53,7 +59,12 @@ def test_a_plan_copy_changes_only_urls_router_and_metrics(name: str, tmp_path: P
     names = [r["name"] for pool in original["pools"].values() for r in pool["replicas"]]
     urls = {n: f"http://127.0.0.1:{18000 + i}" for i, n in enumerate(names)}
     copy = pointed_at_fleet(
-        original, urls, weights=tmp_path / "w.json", metrics=tmp_path / "m.json", source=name
+        original,
+        urls,
+        weights=tmp_path / "w.json",
+        metrics=tmp_path / "m.json",
+        source=name,
+        capture=tmp_path / "capture",
     )
     assert without_sim_fields(copy) == without_sim_fields(original)
     assert copy["router"]["driver"] == "file" and copy["router"]["path"] == str(tmp_path / "w.json")
