@@ -27,6 +27,7 @@ def suite_group() -> None:
 @click.option("--day", help="The UTC day to sample, YYYY-MM-DD (default: yesterday).")
 @click.option("--since", help="Start of the stretch to sample (ISO 8601); with --until.")
 @click.option("--until", help="End of the stretch to sample (ISO 8601); with --since.")
+@click.option("--last", help="Sample the stretch that ends now, e.g. 24h or 90m.")
 @click.option("--cases", type=click.IntRange(1, 20_000), default=300, show_default=True)
 @click.option("--seed", type=click.IntRange(0, 2**63 - 1), default=0, show_default=True)
 @click.option(
@@ -41,6 +42,7 @@ def sample_command(
     day: str | None,
     since: str | None,
     until: str | None,
+    last: str | None,
     cases: int,
     seed: int,
     assume_pool: str | None,
@@ -58,11 +60,12 @@ def sample_command(
     Examples:
       rolloutctl suite sample /var/lib/agent-gateway/capture --out live.jsonl
       rolloutctl suite sample capture/ --day 2026-12-04 --cases 500 --seed 7 --out live.jsonl
+      rolloutctl suite sample capture/ --last 6h --out live.jsonl
       rolloutctl suite sample batch/ --assume-pool stable --out live.jsonl -o json
     """
     from rolloutd.evaluation.sampling import sample_day
 
-    start, end = _stretch(day, since, until)
+    start, end = _stretch(day, since, until, last)
     report = sample_day(
         Path(capture),
         since=start,
@@ -94,25 +97,45 @@ def _print(data: dict[str, Any]) -> None:
         click.echo(f"  skipped {problem}", err=True)
 
 
-def _stretch(day: str | None, since: str | None, until: str | None) -> tuple[datetime, datetime]:
+def _stretch(
+    day: str | None, since: str | None, until: str | None, last: str | None
+) -> tuple[datetime, datetime]:
     """[start, end) of what to sample, from the options.
 
     :raises BadInput: a malformed or contradictory choice.
     """
+    chosen = [
+        name for name, value in (("--day", day), ("--since", since), ("--last", last)) if value
+    ]
+    if len(chosen) > 1:
+        raise BadInput.one(
+            chosen[1], "", f"give one of --day, --since/--until, --last, not {chosen[0]} too"
+        )
     if (since is None) != (until is None):
         raise BadInput.one("--since/--until", "", "give both, or neither")
+    if last is not None:
+        from rolloutd.core.durations import parse_duration
+
+        try:
+            span = parse_duration(last)
+        except ValueError as exc:
+            raise BadInput.one("--last", "", str(exc)) from None
+        if span <= timedelta(0):
+            raise BadInput.one("--last", "", "must be longer than 0s")
+        end = datetime.now(UTC)
+        return end - span, end
     if since is not None and until is not None:
-        if day is not None:
-            raise BadInput.one("--day", "", "give --day or --since/--until, not both")
         start, end = _instant("--since", since), _instant("--until", until)
         if end <= start:
             raise BadInput.one("--until", "", "must be later than --since")
         return start, end
     try:
-        chosen = date.fromisoformat(day) if day else datetime.now(UTC).date() - timedelta(days=1)
+        chosen_day = (
+            date.fromisoformat(day) if day else datetime.now(UTC).date() - timedelta(days=1)
+        )
     except ValueError:
         raise BadInput.one("--day", "", f"expected YYYY-MM-DD, got {day!r}") from None
-    start = datetime.combine(chosen, time(), tzinfo=UTC)
+    start = datetime.combine(chosen_day, time(), tzinfo=UTC)
     return start, start + timedelta(days=1)
 
 

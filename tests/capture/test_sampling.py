@@ -234,6 +234,9 @@ def test_suite_sample_prints_what_it_kept_and_dropped_and_never_the_content(
             ["--day", "2026-12-04", "--assume-pool", "canary"],
             "no usable captured case (10 served by canary)",
         ),
+        (["--last", "soon"], "--last: "),
+        (["--last", "0s"], "--last: must be longer than 0s"),
+        (["--day", "2026-12-04", "--last", "1h"], "--last: give one of --day, --since/--until"),
     ],
 )
 def test_suite_sample_refuses_bad_input_and_writes_nothing(
