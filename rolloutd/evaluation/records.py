@@ -3,6 +3,11 @@
 The daemon stores a canary run and a baseline run each time a suite gate is due, and judges
 the newest pair on every tick in between; ``rolloutctl eval`` stores ad-hoc runs with no
 rollout. Runs are paired only when their suites have the same digest.
+
+While a job's run goes on, each case's result is *kept* as it completes
+(:func:`keep_cases`, one row per case with the result as JSON), so a run taken over after
+its holder died asks only the cases without one (:func:`kept_cases`); the run is stored whole
+when its last case is in.
 """
 
 from __future__ import annotations
@@ -16,7 +21,12 @@ from sqlalchemy.orm import Session
 
 from rolloutd.evaluation.compare import CaseResult, FieldResult
 from rolloutd.evaluation.results import RunRole, RunSummary
-from rolloutd.store.suite_models import SuiteCaseResult, SuiteFieldResult, SuiteRun
+from rolloutd.store.suite_models import (
+    SuiteCaseResult,
+    SuiteFieldResult,
+    SuiteJobCase,
+    SuiteRun,
+)
 
 _Columns = TypeVarTuple("_Columns")
 
@@ -107,10 +117,13 @@ def latest_run(
     suite_path: str | None = None,
     suite_sha256: str | None = None,
     since: datetime | None = None,
+    job_id: int | None = None,
 ) -> RunSummary | None:
     """The newest run of the rollout for ``role``, optionally of one gate, one suite (by
-    path or by digest), and finished at or after ``since``."""
+    path or by digest), one job, and finished at or after ``since``."""
     query = select(SuiteRun)
+    if job_id is not None:
+        query = query.where(SuiteRun.job_id == job_id)
     if gate is not None:
         query = query.where(SuiteRun.gate == gate)
     if suite_path is not None:
@@ -119,6 +132,11 @@ def latest_run(
         query = query.where(SuiteRun.suite_sha256 == suite_sha256)
     row = session.scalars(_newest(query, rollout_id=rollout_id, role=role, since=since)).first()
     return None if row is None else _summary(session, row)
+
+
+def job_of_run(session: Session, run_id: int) -> int | None:
+    """The job whose run ``run_id`` is (None for a run outside a job)."""
+    return session.scalar(select(SuiteRun.job_id).where(SuiteRun.id == run_id))
 
 
 def last_run_at(
@@ -158,6 +176,79 @@ def schema_counts(
     query = select(SuiteRun.schema_violations, SuiteRun.tool_calls, SuiteRun.id)
     row = session.execute(_newest(query, rollout_id=rollout_id, role=role, since=since)).first()
     return (0, 0, None) if row is None else (int(row[0]), int(row[1]), int(row[2]))
+
+
+def keep_cases(
+    session: Session,
+    *,
+    job_id: int,
+    suite_sha256: str,
+    role: RunRole,
+    cases: list[tuple[int, CaseResult]],
+    now: datetime,
+) -> None:
+    """Keep the results of ``cases`` (position in the suite, result) in the job's run."""
+    session.add_all(
+        SuiteJobCase(
+            job_id=job_id,
+            suite_sha256=suite_sha256,
+            role=role,
+            case_id=case.case_id,
+            position=position,
+            result=case_json(case),
+            kept_at=now,
+        )
+        for position, case in cases
+    )
+    session.flush()
+
+
+def kept_cases(
+    session: Session, *, job_id: int, suite_sha256: str, role: RunRole
+) -> dict[int, CaseResult]:
+    """The results the job's run of the suite has kept for ``role``, by position."""
+    rows = session.execute(
+        select(SuiteJobCase.position, SuiteJobCase.result).where(
+            SuiteJobCase.job_id == job_id,
+            SuiteJobCase.suite_sha256 == suite_sha256,
+            SuiteJobCase.role == role,
+        )
+    )
+    return {int(position): case_of_json(result) for position, result in rows}
+
+
+def first_kept_at(session: Session, *, job_id: int, suite_sha256: str) -> datetime | None:
+    """When the job's run of the suite kept its first result (the run's start, resumed)."""
+    return session.scalar(
+        select(func.min(SuiteJobCase.kept_at)).where(
+            SuiteJobCase.job_id == job_id, SuiteJobCase.suite_sha256 == suite_sha256
+        )
+    )
+
+
+def case_json(case: CaseResult) -> dict[str, Any]:
+    """``case`` as JSON-ready data that :func:`case_of_json` reads back unchanged."""
+    return {
+        **_attributes(case, _CASE_COLUMNS),
+        "schema_errors": list(case.schema_errors),
+        "fields": [
+            {
+                **_attributes(result, _FIELD_COLUMNS),
+                "expected": result.expected,
+                "actual": result.actual,
+            }
+            for result in case.fields
+        ],
+    }
+
+
+def case_of_json(data: dict[str, Any]) -> CaseResult:
+    """The case :func:`case_json` wrote."""
+    return CaseResult(
+        fields=tuple(FieldResult(**field) for field in data["fields"]),
+        schema_errors=tuple(data["schema_errors"]),
+        **{name: data[name] for name in _CASE_COLUMNS},
+    )
 
 
 def _newest(

@@ -1,12 +1,17 @@
-"""The tool-argument suite's tables: runs, per-case and per-field results.
+"""The tool-argument suite's tables: jobs, runs, per-case and per-field results.
 
-A *job* is a suite run the leader decided is due: a keyed, leased row (``acquired_by``,
+A *job* is an evaluation run the tick decided is due, under a deterministic name
+(``rollout-3/tool_args/step-0/run-1``): a keyed, leased row (``acquired_by``,
 ``acquired_until``), so that exactly one instance asks the engines at a time and a new leader
-takes over a job whose holder went away. A run is one suite asked of one endpoint (the canary
-or the baseline build), with the digest of the suite's bytes so that only runs of the same
-cases are ever paired. Cases and
-fields are kept whole, so a gate's verdict can be rechecked, and a field that regressed can
-be traced to the cases and the values the engine sent.
+takes over a job whose holder went away. While it runs, each case's result is kept as it
+completes (:class:`SuiteJobCase`), so a job taken over continues with the cases that have
+none; a job that samples live traffic keeps its sampled suite (:class:`SuiteSample`), so
+every attempt, on any host, asks the same cases.
+
+A run is one suite asked of one endpoint (the canary or the baseline build), with the digest
+of the suite's bytes so that only runs of the same cases are ever paired. Cases and fields
+are kept whole, so a gate's verdict can be rechecked, and a field that regressed can be traced
+to the cases and the values the engine sent.
 """
 
 from __future__ import annotations
@@ -14,33 +19,36 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import ForeignKey, Index, String, UniqueConstraint
+from sqlalchemy import ForeignKey, Index, LargeBinary, String, UniqueConstraint
 from sqlalchemy.orm import Mapped, mapped_column
 
 from rolloutd.core.suite_outcomes import CASE_OUTCOMES, FIELD_OUTCOMES
 from rolloutd.store.models import Base, PrimaryKey, RolloutRef, Sha256, one_of, unique_where
 
 SUITE_RUN_ROLES = ("canary", "baseline")
-SUITE_JOB_STATES = ("open", "done", "failed", "superseded")
+SUITE_JOB_STATES = ("open", "done", "failed", "superseded", "cancelled")
 
 
 class SuiteJob(Base):
     """A due run of a rollout's suite gate, and who runs it until when.
 
-    ``acquired_until`` is on the wall clock (like the leader lease) and moves forward while
-    the holder runs the job under its lease; ``attempts`` counts the claims, so a holder's
-    writes can check that the job is still its own. At most one job per rollout and gate is
-    ``open``.
+    ``name`` is the run's key (``rollout-{id}/{gate}/step-{n}/run-{k}``), unique, so that two
+    writers, or a retried tick, cannot create the same run twice. ``acquired_until`` is on the
+    wall clock (like the leader lease) and moves forward while the holder runs the job under
+    its lease; ``attempts`` counts the claims, so a holder's writes can check that the job is
+    still its own. At most one job per rollout and gate is ``open``.
     """
 
     __tablename__ = "suite_jobs"
     __table_args__ = (
         unique_where("uq_suite_jobs_open", "rollout_id", "gate", where="state = 'open'"),
+        UniqueConstraint("name"),
         Index(None, "rollout_id", "gate", "step_index"),
         one_of("state", SUITE_JOB_STATES),
     )
 
     id: Mapped[PrimaryKey]
+    name: Mapped[str] = mapped_column(String(300))
     rollout_id: Mapped[RolloutRef]
     gate: Mapped[str] = mapped_column(String(200))
     step_index: Mapped[int]
@@ -132,3 +140,47 @@ class SuiteFieldResult(Base):
     strict_correct: Mapped[bool]
     expected: Mapped[str | None]
     actual: Mapped[str | None]
+
+
+class SuiteJobCase(Base):
+    """One case's result in a job's run, kept as it completes (the case's ``CaseResult`` as
+    JSON), until the run is stored whole; keyed by the suite's digest, so a suite file that
+    changed between attempts starts afresh."""
+
+    __tablename__ = "suite_job_cases"
+    __table_args__ = (
+        UniqueConstraint("job_id", "suite_sha256", "role", "case_id"),
+        one_of("role", SUITE_RUN_ROLES),
+    )
+
+    id: Mapped[PrimaryKey]
+    job_id: Mapped[int] = mapped_column(ForeignKey("suite_jobs.id"))
+    suite_sha256: Mapped[Sha256]
+    role: Mapped[str] = mapped_column(String(20))
+    case_id: Mapped[str] = mapped_column(String(200))
+    position: Mapped[int]
+    result: Mapped[dict[str, Any]]
+    kept_at: Mapped[datetime]
+
+
+class SuiteSample(Base):
+    """The live traffic a job sampled as its cases: the suite (zlib-compressed JSONL, at most
+    ``MAX_SUITE_BYTES`` before compression), or why there is none usable (``reason``), and
+    what the sample kept and dropped (counts, tools and ``file:line`` problems; no content)."""
+
+    __tablename__ = "suite_samples"
+    __table_args__ = (UniqueConstraint("job_id"),)
+
+    id: Mapped[PrimaryKey]
+    job_id: Mapped[int] = mapped_column(ForeignKey("suite_jobs.id"))
+    capture: Mapped[str]
+    since: Mapped[datetime]
+    until: Mapped[datetime]
+    seed: Mapped[int]
+    kept: Mapped[int]
+    report: Mapped[dict[str, Any]]
+    suite_sha256: Mapped[str | None] = mapped_column(String(64))
+    suite: Mapped[bytes | None] = mapped_column(LargeBinary)
+    size: Mapped[int]
+    reason: Mapped[str | None]
+    sampled_at: Mapped[datetime]
