@@ -31,7 +31,7 @@ import math
 import ssl
 import time
 import urllib.request
-from collections.abc import Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import Any, TypedDict, Unpack
@@ -59,7 +59,11 @@ Progress = Callable[[int, int], None]
 
 Permit = Callable[[float], bool]
 """Asked before every request with the request's timeout: may it start now? A daemon's run
-says no once its job's claim would not outlive the request (see ``rolloutd.reconcile.suites``)."""
+says no once its job's claim would not outlive the request (see ``rolloutd.reconcile.runs``)."""
+
+Keep = Callable[[int, CaseResult], Awaitable[None]]
+"""Awaited with (position in the suite, result) after every case asked: a daemon's run keeps
+the result in the database before its worker takes the next case."""
 
 
 class RunAbandoned(Exception):
@@ -175,12 +179,20 @@ def run_suite(suite: Suite, endpoint: str, **how: Unpack[RunArgs]) -> RunSummary
 
 
 async def run_suite_async(
-    suite: Suite, endpoint: str, *, permit: Permit | None = None, **how: Unpack[RunArgs]
+    suite: Suite,
+    endpoint: str,
+    *,
+    permit: Permit | None = None,
+    kept: Mapping[int, CaseResult] | None = None,
+    keep: Keep | None = None,
+    **how: Unpack[RunArgs],
 ) -> RunSummary:
     """The coroutine behind :func:`run_suite`.
 
     ``permit`` is asked before every request (retries included) whether it may start, given
-    its timeout; a refusal abandons the run (:class:`RunAbandoned`).
+    its timeout; a refusal abandons the run (:class:`RunAbandoned`). ``kept`` holds results
+    an earlier attempt of the run kept, by position: those cases are not asked again. ``keep``
+    is awaited with each new result before its worker goes on.
     """
     role = how.get("role", "canary")
     options = how.get("options") or RunnerOptions()
@@ -188,16 +200,20 @@ async def run_suite_async(
     clock = how.get("clock", utc_now)
     started = clock()
     target = Endpoint.parse(endpoint, options.headers)
-    if permit is not None and not permit(options.timeout_s):
-        raise RunAbandoned("stopped before the first request")
     results: list[CaseResult | None] = [None] * len(suite.cases)
-    pending = iter(range(len(suite.cases)))
-    done = 0
-    workers = max(1, min(options.concurrency, len(suite.cases)))
+    for position, result in (kept or {}).items():
+        if 0 <= position < len(results) and result.case_id == suite.cases[position].id:
+            results[position] = result
+    todo = [index for index, result in enumerate(results) if result is None]
+    pending = iter(todo)
+    done = len(suite.cases) - len(todo)
+    workers = max(1, min(options.concurrency, len(todo)))
+    if todo and permit is not None and not permit(options.timeout_s):
+        raise RunAbandoned("stopped before the first request")
 
     async with _session(target, workers) as session:
         model = options.model
-        if model is None:
+        if model is None and todo:
             model = await _served_model(
                 session, target, options.timeout_s, options.max_answer_bytes
             )
@@ -207,7 +223,10 @@ async def run_suite_async(
             # One iterator shared by every worker: each case is taken by exactly one.
             for index in pending:
                 case = suite.cases[index]
-                results[index] = await _ask(session, target, case, model, options, permit)
+                result = await _ask(session, target, case, model, options, permit)
+                if keep is not None:
+                    await keep(index, result)
+                results[index] = result
                 done += 1
                 if progress is not None:
                     progress(done, len(suite.cases))

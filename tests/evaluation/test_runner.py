@@ -13,7 +13,7 @@ from datetime import UTC, datetime, timedelta
 import pytest
 from aiohttp import web
 
-from rolloutd.evaluation.compare import Call, score_case
+from rolloutd.evaluation.compare import Call, CaseResult, score_case
 from rolloutd.evaluation.results import RunSummary
 from rolloutd.evaluation.runner import (
     RunAbandoned,
@@ -304,6 +304,42 @@ def test_a_withdrawn_permit_abandons_the_run_before_the_next_request(
         asyncio.run(run_suite_async(suite, url, options=options, permit=permit))
     assert sent["/v1/chat/completions"] == 3
     assert set(asked) == {7.0}
+
+
+def test_kept_results_are_not_asked_again_and_each_new_one_is_kept_before_the_next(
+    example_suite: Suite,
+) -> None:
+    """A run given the results an earlier attempt kept asks only the other cases, awaits
+    ``keep`` with each new result before its worker sends the next request, and returns
+    every case in suite order; with every result kept it asks nothing at all."""
+    suite = dataclasses.replace(example_suite, cases=example_suite.cases[:10])
+    asked: list[str] = []
+    kept_now: list[int] = []
+
+    async def answer(request: web.Request) -> web.Response:
+        case = json.loads(await request.read())["rolloutd_expected"]["name"]
+        asked.append(case)
+        assert len(asked) == len(kept_now) + 1, "a request went out before the last was kept"
+        return web.json_response(NO_CALL)
+
+    async def keep(position: int, result: CaseResult) -> None:
+        await asyncio.sleep(0.01)
+        kept_now.append(position)
+
+    earlier = {
+        position: CaseResult(suite.cases[position].id, "no_call", "t", False, False, None)
+        for position in (0, 3, 4, 9)
+    }
+    options = RunnerOptions(model="m", concurrency=1, send_expected=True)
+    with engine(answer) as url:
+        run = asyncio.run(run_suite_async(suite, url, options=options, kept=earlier, keep=keep))
+        whole = dict(enumerate(run.cases))
+        again = asyncio.run(run_suite_async(suite, url, options=options, kept=whole, keep=keep))
+    assert kept_now == [1, 2, 5, 6, 7, 8]
+    assert len(asked) == 6
+    assert [case.case_id for case in run.cases] == [case.id for case in suite.cases]
+    assert all(run.cases[position] is result for position, result in earlier.items())
+    assert again.cases == run.cases
 
 
 def test_a_slowly_dripping_answer_is_cut_at_the_request_timeout(example_suite: Suite) -> None:
