@@ -616,6 +616,7 @@ class Capture:
         self._random = random.Random(seed)
         self._lock = threading.Lock()
         self._day: date | None = None
+        self._files: list[Any] = []
         self._bytes = 0
         self.captured = 0
         self.skipped_over_cap = 0
@@ -673,10 +674,10 @@ class Capture:
             if self._bytes + size > self.max_bytes_per_day:
                 self.skipped_over_cap += 1
                 return False
-            stem = self.directory / now.date().isoformat()
-            for suffix, line in zip((REQUESTS_SUFFIX, RESPONSES_SUFFIX), lines, strict=True):
-                with open(f"{stem}{suffix}", "ab") as handle:
-                    handle.write(line)
+            for handle, line in zip(self._files, lines, strict=True):
+                view = memoryview(line)
+                while view:  # a raw write may take less than it was given
+                    view = view[handle.write(view) :]
             self._bytes += size
             self.captured += 1
         return True
@@ -685,6 +686,7 @@ class Capture:
         """At a new day: count what its files already hold, and drop expired days."""
         if self._day == today:
             return
+        self._close_files()
         self._day = today
         stem = self.directory / today.isoformat()
         self._bytes = sum(
@@ -703,10 +705,27 @@ class Capture:
                 continue
             if day < oldest:
                 path.unlink(missing_ok=True)
+        # Unbuffered appends: each write() is one whole line, in the file at once.
+        self._files = [
+            open(f"{stem}{suffix}", "ab", buffering=0)  # noqa: SIM115 (closed at the next day)
+            for suffix in (REQUESTS_SUFFIX, RESPONSES_SUFFIX)
+        ]
+
+    def _close_files(self) -> None:
+        for handle in self._files:
+            handle.close()
+        self._files = []
+
+    def close(self) -> None:
+        """Close the day's files (a later request opens them again)."""
+        with self._lock:
+            self._close_files()
+            self._day = None
 
     def expire(self) -> None:
         """Delete the days past ``retention`` now (the capture also does at each new day)."""
         with self._lock:
+            self._close_files()
             self._day = None
             self._roll(self._clock().astimezone(UTC).date())
 
