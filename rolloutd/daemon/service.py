@@ -40,10 +40,12 @@ from rolloutd.daemon.jobs import TickJobs
 from rolloutd.daemon.leadership import Leadership, daemon_event
 from rolloutd.daemon.listener import POLL_SECONDS, CommandListener
 from rolloutd.daemon.metrics import DaemonMetrics
+from rolloutd.daemon.runs import RunJobs
 from rolloutd.daemon.sdnotify import Notifier, watchdog_interval
 from rolloutd.drivers import Drivers, PlanDrivers
 from rolloutd.errors import PermanentError, RolloutdError
 from rolloutd.reconcile import LEASE_MARGIN, Reconciler
+from rolloutd.reconcile.runs import EvaluationRuns
 from rolloutd.settings import Settings
 from rolloutd.store import lease
 from rolloutd.store.commands import COMMANDS_CHANNEL
@@ -85,7 +87,7 @@ class _Jump:
         )
 
 
-# How long SIGTERM waits for suite runs to abandon their requests and release their jobs.
+# How long SIGTERM waits for evaluation runs to abandon their requests and release their jobs.
 SUITE_STOP_SECONDS = 2.0
 
 
@@ -138,6 +140,9 @@ class Daemon:
             margin=min(LEASE_MARGIN, self.leadership.ttl / 4),
             lease_ttl=lambda: self.leadership.ttl,
         )
+        # Evaluation runs share the tick's shell (a SIGHUP's new margin reaches both).
+        self.runs = EvaluationRuns(self.reconciler.shell, lease_ttl=lambda: self.leadership.ttl)
+        self.run_jobs = RunJobs(self.runs, wall=wall)
         self.metrics = DaemonMetrics(
             self.sessions, instance=self.instance, wall=wall, leading=self.leadership.epoch
         )
@@ -189,6 +194,7 @@ class Daemon:
         check_schema(self.engine)
         self._start_health()
         self.jobs.start()
+        self.run_jobs.start()
         if self.engine.dialect.name == "postgresql":
             self._start_listener()
         log.info("starting", instance=self.instance, database=describe(self.url))
@@ -231,11 +237,11 @@ class Daemon:
 
     def _shutdown(self) -> int:
         self.notifier.stopping()
-        # Suite runs are stopped first: their requests are abandoned at once, and each
-        # releases its job under the lease, so the next leader restarts it without waiting.
-        self.reconciler.suites.stop()
+        # Evaluation runs are stopped first: their requests are abandoned at once, and each
+        # releases its job under the lease, so the next leader takes it over without waiting.
+        self.runs.stop()
         self._drain_ticks()
-        if not self.reconciler.suites.wait_stopped(SUITE_STOP_SECONDS):
+        if not self.runs.wait_stopped(SUITE_STOP_SECONDS):
             log.warning("a suite run did not stop in time; its job expires by itself")
         self.leadership.release()
         # It looks at the stop flag once a poll, then closes its connection.
@@ -244,19 +250,21 @@ class Daemon:
         if self._health is not None:
             self._health.stop()
         self.sender.close()
+        self.runs.close()
         self.reconciler.close()
         self.engine.dispose()
         log.info("stopped", instance=self.instance)
         return 0
 
     def _drain_ticks(self) -> None:
-        """Wait for the ticks in flight, renewing the lease meanwhile: a tick longer than the
-        TTL would otherwise finish under a lease that a standby may already have taken, and
-        have its writes refused."""
+        """Wait for the ticks (and the evaluation-runs pass) in flight, renewing the lease
+        meanwhile: a tick longer than the TTL would otherwise finish under a lease that a
+        standby may already have taken, and have its writes refused."""
         drained = threading.Event()
 
         def shut_down() -> None:
             try:
+                self.run_jobs.shutdown()
                 self.jobs.shutdown()
             finally:
                 drained.set()
@@ -360,8 +368,10 @@ class Daemon:
         change = self.leadership.turn()
         if change == "gained":
             self.jobs.lead()
+            self.run_jobs.lead()
         elif change == "lost":
             self.jobs.stand_by()
+            self.run_jobs.stand_by()
         if self.leadership.held is not None:
             self.jobs.sync()
 
@@ -378,6 +388,7 @@ class Daemon:
             self._jumps_seen += 1
             self._jumps.append(_Jump(self._jumps_seen, step, now))
             self.jobs.run_all_now()
+            self.run_jobs.run_now()
         if self._jumps:
             self._record_jumps()
 

@@ -1,56 +1,59 @@
 """Running a due suite gate for a rollout step, storing the runs, and judging stored runs.
 
-The daemon calls :func:`suite_due` (in ``rolloutd.evaluation.gate``) on its tick; when a
-suite gate is due it calls :func:`run_suite_for_gate` *off the tick thread* (a 300-case run
-against a 70B model takes minutes), and records the returned evaluation like any other.
-On the ticks in between, :func:`judge_stored` re-judges the newest stored runs, so the
-gate always has a current verdict without asking the engines again.
+A run of a suite gate is a job of its own (see ``rolloutd.reconcile.runs``): the tick writes
+it when :func:`~rolloutd.evaluation.gate.suite_due` says so, an evaluation reconciler runs it
+with :func:`run_suite_for_gate` *off the tick thread* (a 300-case run against a 70B model
+takes minutes), and every tick judges the newest stored runs with :func:`judge_stored`, so
+the gate always has a current verdict without asking the engines again.
+
+A gate's cases come from up to three sources, each run and judged the same way and counted
+as one *look* in the gate's alpha spending: ``suite`` (a file), ``sampled`` (a second file)
+and ``live`` (traffic the gateway captured, sampled afresh at each run: see
+:mod:`rolloutd.evaluation.live`).
 
 Endpoints: the canary is the canary pool's first replica and the baseline the stable pool's
 first replica, unless the gate names ``endpoint`` / ``baseline_endpoint``. The
-``at_least_baseline`` rule compares with the *shadow baseline*: the newest baseline run of
-the same suite in this rollout, whichever gate stored it; the baseline is run again only
-when there is none. Requests use temperature 0 and a fixed seed, so an unchanged build
-answers the same way each day.
+``at_least_baseline`` rule compares a file suite with the *shadow baseline*: the newest
+baseline run of the same suite in this rollout, whichever gate stored it; the baseline is run
+again only when there is none. A live sample is replayed to both pools every time. Requests
+use temperature 0 and a fixed seed, so an unchanged build answers the same way each day.
 
-In the daemon a run is a job it holds (see ``rolloutd.reconcile.suites``): a
-:class:`RunControl` says whether each request may still start, is renewed while the run goes
-on, stops the run (its requests are abandoned within :data:`POLL_SECONDS`) and fences the
-writes of its results.
+Under a :class:`~rolloutd.evaluation.held.RunControl` the run is its job's: each case's
+result is kept as it completes, and a run taken over after its holder died asks only the
+cases that have none, then stores its runs whole, as an uninterrupted run would have.
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
-import hashlib
-import time
-from collections.abc import Awaitable, Callable, Sequence
-from contextlib import AbstractContextManager
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime
 from pathlib import Path
-from typing import Protocol, TypeVar
 
 from sqlalchemy.orm import Session, sessionmaker
 
 from rolloutd.analysis.base import Evaluation, Role
 from rolloutd.clock import utc_now
 from rolloutd.core.actions import Verdict
-from rolloutd.core.durations import format_duration
 from rolloutd.core.plan import Plan, SuiteGate
 from rolloutd.errors import BadInput
 from rolloutd.evaluation import records
+from rolloutd.evaluation.compare import CaseResult
 from rolloutd.evaluation.gate import combine, judge_suite
+from rolloutd.evaluation.held import Keeper, RunControl, held
+from rolloutd.evaluation.live import Unusable, live_suite, seed_of
 from rolloutd.evaluation.results import RunRole, RunSummary
-from rolloutd.evaluation.runner import RunAbandoned, RunnerOptions, run_suite_async
+from rolloutd.evaluation.runner import RunnerOptions, run_suite_async
 from rolloutd.evaluation.suite import Suite, load_suite
+from rolloutd.store import suite_jobs
 from rolloutd.store.db import transaction
 
-T = TypeVar("T")
+LIVE = "live"
+"""The label of a gate's ``sampled`` source: its cases are sampled afresh at each run from
+the capture directory, which stands as the suite's path in the stored runs."""
 
-# How often a held run looks whether it was stopped: the bound on abandoning its requests.
-POLL_SECONDS = 0.1
+_DESCRIBED = {"suite": "suite", "sampled": "sampled suite", LIVE: "live traffic sample"}
 
 
 @dataclass(frozen=True)
@@ -61,35 +64,6 @@ class _Pair:
     baseline: RunSummary
     canary: RunSummary
     number: int
-
-
-class RunControl(Protocol):
-    """How the holder of a suite job steers its run."""
-
-    @property
-    def job_id(self) -> int | None:
-        """The job whose runs are stored."""
-
-    @property
-    def renew_every(self) -> float:
-        """Seconds between calls to :meth:`renew`."""
-
-    def permit(self, timeout_s: float) -> bool:
-        """Whether a request with this timeout may start now."""
-
-    def stopped(self) -> bool:
-        """Whether the run is to stop at once."""
-
-    def renew(self) -> None:
-        """Keep holding the job (a database write); stops the run when the job was lost."""
-
-    def write(self) -> AbstractContextManager[Session]:
-        """A transaction that commits only while the job and the lease are still ours."""
-
-
-LIVE = "live"
-"""The label of a gate's ``sampled`` source: its cases are sampled afresh at each run from
-the capture directory, which stands as the suite's path in the stored runs."""
 
 
 def suite_paths(spec: SuiteGate, base_dir: Path | None = None) -> list[tuple[str, Path]]:
@@ -140,27 +114,51 @@ def run_suite_for_gate(
     ``clock`` stamps the runs: pass the rollout's clock, since :func:`~.gate.suite_due` compares
     their finish with the rollout's ``now``. Under a ``control`` the run is held as a job.
 
-    :raises RunAbandoned: when ``control`` stopped the run; what it stored before stays.
+    :raises RunAbandoned: when ``control`` stopped the run; what it kept before stays.
+    :raises NotLeading: (from ``rolloutd.reconcile``) the job or the lease was lost; nothing
+        more was stored.
     """
     options = options or RunnerOptions(concurrency=spec.concurrency)
+    job = None if control is None else control.job
+    write = (lambda: transaction(sessions)) if control is None else control.write
 
     def run_one(label: str, path: Path) -> Evaluation | _Pair:
-        try:
-            if label == LIVE:
-                suite = _live_suite(spec, path, now, seed=_seed(rollout_id, name, now))
-            else:
+        suite: Suite | Unusable
+        if label == LIVE:
+            assert spec.sampled is not None
+            suite = live_suite(
+                lambda: transaction(sessions),
+                write,
+                sampled=spec.sampled,
+                capture=path,
+                until=now if job is None else job.due_at,
+                seed=seed_of(
+                    f"rollout-{rollout_id}/{name}/{now.isoformat()}" if job is None else job.name
+                ),
+                job=None if job is None else job.id,
+                clock=clock,
+            )
+        else:
+            try:
                 suite = load_suite(path)
-        except BadInput as exc:
-            what = "live sample" if label == LIVE else "bad suite"
-            return Evaluation(name, role, Verdict.INCONCLUSIVE, now, reason=f"{what}: {exc}")
+            except BadInput as exc:
+                suite = Unusable(f"bad suite: {exc}")
+        if isinstance(suite, Unusable):
+            return Evaluation(
+                name, role, Verdict.INCONCLUSIVE, now, reason=suite.reason, evidence=suite.report
+            )
+        if job is not None:
+            with transaction(sessions) as session:
+                stored = _stored_pair(session, spec, suite, rollout_id, name, job.id)
+            if stored is not None:
+                return stored  # an earlier attempt of the job stored this suite's runs
         # A live sample is replayed to both pools at every run: the reference is what stable
         # answered when it was captured, and stable's replay tells a regression from
         # nondeterminism and from a reference that was wrong.
         baseline, canary = _run_pair(
             sessions, plan, spec, suite, rollout_id, options, clock, control, label != LIVE
         )
-        write = transaction(sessions) if control is None else control.write()
-        with write as session:
+        with write() as session:
             ids = {}
             for run in (baseline, canary):
                 if run.run_id is None:
@@ -170,7 +168,7 @@ def run_suite_for_gate(
                         rollout_id=rollout_id,
                         step_index=step_index,
                         gate=name,
-                        job_id=None if control is None else control.job_id,
+                        job_id=None if job is None else job.id,
                     )
             baseline = _with_id(baseline, ids.get("baseline"))
             canary = _with_id(canary, ids.get("canary"))
@@ -200,8 +198,32 @@ def judge_stored(
         canary = records.latest_run(
             session, rollout_id=rollout_id, role="canary", gate=name, suite_path=str(path)
         )
+        if label == LIVE:
+            unusable = suite_jobs.newest_unusable_sample(session, rollout_id=rollout_id, gate=name)
+            if unusable is not None and (
+                canary is None or unusable.sampled_at >= canary.finished_at
+            ):
+                return Evaluation(
+                    name,
+                    role,
+                    Verdict.INCONCLUSIVE,
+                    now,
+                    reason=unusable.reason or "",
+                    evidence=unusable.report,
+                )
         baseline = None
-        if canary is not None:
+        if canary is not None and label == LIVE:
+            # Only the replay to stable of the same sample, by the same job, is its baseline.
+            job_id = None if canary.run_id is None else records.job_of_run(session, canary.run_id)
+            baseline = records.latest_run(
+                session,
+                rollout_id=rollout_id,
+                role="baseline",
+                gate=name,
+                suite_sha256=canary.suite_sha256,
+                job_id=job_id,
+            )
+        elif canary is not None:
             baseline = records.latest_run(
                 session,
                 rollout_id=rollout_id,
@@ -210,7 +232,7 @@ def judge_stored(
                 suite_sha256=canary.suite_sha256,
             )
         if canary is None or baseline is None:
-            reason = f"the {label} has not been run for this gate yet"
+            reason = f"the {_DESCRIBED.get(label, label)} has not been run for this gate yet"
             return Evaluation(name, role, Verdict.PENDING, now, reason=reason)
         return _Pair(
             baseline, canary, _run_number(session, canary, rollout_id=rollout_id, gate=name)
@@ -252,6 +274,27 @@ def _judge_each(
     return combine(evaluations, [label for label, _ in paths])
 
 
+def _stored_pair(
+    session: Session, spec: SuiteGate, suite: Suite, rollout_id: int, gate: str, job_id: int
+) -> _Pair | None:
+    """The suite's runs the job stored already (both in one transaction), or None."""
+    canary = records.latest_run(
+        session, rollout_id=rollout_id, role="canary", suite_sha256=suite.sha256, job_id=job_id
+    )
+    if canary is None:
+        return None
+    baseline = records.latest_run(
+        session, rollout_id=rollout_id, role="baseline", suite_sha256=suite.sha256, job_id=job_id
+    )
+    if baseline is None and spec.rule == "at_least_baseline":
+        baseline = records.latest_run(
+            session, rollout_id=rollout_id, role="baseline", suite_sha256=suite.sha256
+        )
+    if baseline is None:
+        return None
+    return _Pair(baseline, canary, _run_number(session, canary, rollout_id=rollout_id, gate=gate))
+
+
 def _run_pair(
     sessions: sessionmaker[Session],
     plan: Plan,
@@ -263,79 +306,58 @@ def _run_pair(
     control: RunControl | None,
     reuse_baseline: bool = True,
 ) -> tuple[RunSummary, RunSummary]:
+    """The suite's baseline and canary runs: asked of the endpoints (only the cases an earlier
+    attempt of the job did not keep), or the shadow baseline where the rule reuses it."""
     baseline_url, canary_url = endpoints(plan, spec)
     stored: RunSummary | None = None
-    if spec.rule == "at_least_baseline" and reuse_baseline:
-        with sessions() as session:
+    kept: dict[RunRole, dict[int, CaseResult]] = {"canary": {}, "baseline": {}}
+    started: datetime | None = None
+    with transaction(sessions) as session:
+        if spec.rule == "at_least_baseline" and reuse_baseline:
             stored = records.latest_run(
                 session, rollout_id=rollout_id, role="baseline", suite_sha256=suite.sha256
             )
+        if control is not None:
+            job = control.job.id
+            for kept_role in kept:
+                kept[kept_role] = records.kept_cases(
+                    session, job_id=job, suite_sha256=suite.sha256, role=kept_role
+                )
+            started = records.first_kept_at(session, job_id=job, suite_sha256=suite.sha256)
 
+    if control is not None:
+        # Reading a day of capture may have taken a while: requests start on a fresh claim.
+        control.renew()
     permit = None if control is None else control.permit
+    asks: list[tuple[RunRole, str]] = [("canary", canary_url)]
+    if stored is None:
+        asks.append(("baseline", baseline_url))
 
     async def both() -> Sequence[RunSummary]:
-        asks: list[tuple[RunRole, str]] = [("canary", canary_url)]
-        if stored is None:
-            asks.append(("baseline", baseline_url))
-        return await asyncio.gather(
-            *(
-                run_suite_async(suite, url, role=role, options=options, clock=clock, permit=permit)
-                for role, url in asks
+        keeper = None if control is None else Keeper(control, suite.sha256, clock)
+        runs = (
+            run_suite_async(
+                suite,
+                url,
+                role=role,
+                options=options,
+                clock=clock,
+                permit=permit,
+                kept=kept[role],
+                keep=None if keeper is None else keeper.keep_for(role),
             )
+            for role, url in asks
         )
+        if keeper is None:
+            return await asyncio.gather(*runs)
+        async with keeper.writing():
+            return await asyncio.gather(*runs)
 
-    runs = asyncio.run(both() if control is None else _held(both(), control))
+    runs = asyncio.run(both() if control is None else held(both(), control))
+    if started is not None:
+        # Resumed: the run began when its first case was kept.
+        runs = [replace(run, started_at=min(started, run.started_at)) for run in runs]
     return (stored if stored is not None else runs[1]), runs[0]
-
-
-async def _held(work: Awaitable[T], control: RunControl) -> T:
-    """Run ``work`` while renewing ``control``; cancel it (abandoning the requests in flight)
-    within :data:`POLL_SECONDS` of the control stopping."""
-    task = asyncio.ensure_future(work)
-    renew_at = time.monotonic() + control.renew_every
-    while not task.done():
-        await asyncio.wait({task}, timeout=POLL_SECONDS)
-        if not task.done() and time.monotonic() >= renew_at:
-            await asyncio.to_thread(control.renew)
-            renew_at = time.monotonic() + control.renew_every
-        if not task.done() and control.stopped():
-            task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
-            raise RunAbandoned("the run was stopped")
-    return task.result()
-
-
-def _live_suite(spec: SuiteGate, capture: Path, now: datetime, *, seed: int) -> Suite:
-    """This run's sample of the traffic captured over the gate's window before ``now``.
-
-    :raises BadInput: the capture cannot be read, or holds fewer usable cases than
-        ``min_cases`` (the message gives the counts, never the content).
-    """
-    from rolloutd.evaluation.sampling import read_and_sample, suite_of
-
-    sampled = spec.sampled
-    assert sampled is not None
-    sample, read = read_and_sample(
-        capture, since=now - sampled.window, until=now, cases=sampled.cases, seed=seed
-    )
-    problems = len(read.problems)
-    if sample.kept < sampled.min_cases:
-        dropped = ", ".join(f"{n} {why}" for why, n in sample.dropped.items()) or "none"
-        unread = f"; {problems} unreadable line(s)" if problems else ""
-        raise BadInput.one(
-            str(capture),
-            "",
-            f"{sample.kept} usable captured case(s) in the last {format_duration(sampled.window)}, "
-            f"fewer than min_cases {sampled.min_cases} (dropped: {dropped}{unread})",
-        )
-    return suite_of(sample, str(capture))
-
-
-def _seed(rollout_id: int, gate: str, now: datetime) -> int:
-    """The sample's seed: the same rollout, gate and run time draw the same cases."""
-    digest = hashlib.sha256(f"{rollout_id}/{gate}/{now.isoformat()}".encode()).digest()
-    return int.from_bytes(digest[:8], "big")
 
 
 def _run_number(session: Session, canary: RunSummary, *, rollout_id: int, gate: str) -> int:

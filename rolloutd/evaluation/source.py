@@ -6,18 +6,23 @@ count as such. :class:`SuiteFedSource` wraps the plan's metrics source: for the 
 signals it adds the newest suite run's violations and calls of the pool (canary runs for
 the canary, baseline runs for stable) to what the live source measured, and says so in
 ``raw``. Every other signal passes through untouched.
+
+The counts arrive as plain data, read by the tick with its other reads: a metrics source
+never reads the database.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
 from rolloutd.analysis.base import Measurement, MeasurementError, MetricsSource, Pool
 
-SuiteCounts = Callable[[Pool], tuple[int, int, int | None]]
+SuiteCounts = tuple[int, int, int | None]
 """(schema violations, tool calls, run id) of the newest suite run for a pool."""
+
+NO_RUN: SuiteCounts = (0, 0, None)
 
 RATE_SIGNAL = "schema_violation_rate"
 COUNT_SIGNAL = "schema_violations"
@@ -27,12 +32,13 @@ COUNT_SIGNAL = "schema_violations"
 class SuiteFedSource:
     """A metrics source whose schema signals include the suite's calls.
 
-    ``counts`` is typically ``lambda pool: records.schema_counts(session, rollout_id=...,
-    role="canary" if pool == "canary" else "baseline", since=step_started_at)``.
+    ``counts`` holds each pool's newest suite run in the step (``records.schema_counts`` of
+    the canary runs for the canary, of the baseline runs for stable); a pool without one
+    counts nothing.
     """
 
     inner: MetricsSource
-    counts: SuiteCounts
+    counts: Mapping[Pool, SuiteCounts]
 
     def measure(self, signal: str, pool: Pool, window: timedelta, now: datetime) -> Measurement:
         """The live measurement, plus the suite's calls for the schema signals.
@@ -41,7 +47,7 @@ class SuiteFedSource:
         """
         if signal not in (RATE_SIGNAL, COUNT_SIGNAL):
             return self.inner.measure(signal, pool, window, now)
-        violations, calls, run_id = self.counts(pool)
+        violations, calls, run_id = self.counts.get(pool, NO_RUN)
         try:
             live: Measurement | None = self.inner.measure(signal, pool, window, now)
         except MeasurementError:

@@ -15,14 +15,14 @@ of what was attempted.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
 
 import structlog
 from sqlalchemy.orm import Session, sessionmaker
 
-from rolloutd.analysis.base import Evaluation, Judging, MetricsSource, Role
+from rolloutd.analysis.base import Evaluation, Judging, MetricsSource, Pool, Role
 from rolloutd.analysis.budget import Budgeted
 from rolloutd.analysis.gates import evaluate_gate
 from rolloutd.analysis.windows import bake_over, earlier_windows, final_window
@@ -32,11 +32,12 @@ from rolloutd.core.plan import Plan, SuiteGate
 from rolloutd.core.progress import Desired, Progress, State
 from rolloutd.drivers import Drivers
 from rolloutd.errors import PermanentError, RolloutdError
+from rolloutd.evaluation.source import SuiteCounts, SuiteFedSource
 from rolloutd.operations import plan_of
 from rolloutd.reconcile import records
 from rolloutd.reconcile.perform import Attempt, Performer
 from rolloutd.reconcile.shell import LEASE_MARGIN, Shell
-from rolloutd.reconcile.suites import Suites
+from rolloutd.reconcile.suites import Suites, suite_counts
 from rolloutd.routers import deadline
 from rolloutd.routers.base import Router, RouterState
 from rolloutd.routers.deadline import LONGEST_WRITE_TIMEOUT
@@ -79,6 +80,8 @@ class Facts:
     steps: dict[int, Any]
     """Its step rows by index (none once it ended)."""
     newest: records.Newest
+    suite_counts: dict[Pool, SuiteCounts] = field(default_factory=dict)
+    """The newest suite run's schema counts of each pool in the step (for the schema gates)."""
 
 
 class Reconciler:
@@ -100,7 +103,7 @@ class Reconciler:
         self.lease_ttl = lease_ttl
         self.drivers = drivers
         self.performer = Performer(self.shell, drivers)
-        self.suites = Suites(self.shell, lease_ttl=lease_ttl)
+        self.suites = Suites(self.shell)
 
     # -- the tick ---------------------------------------------------------------------------
 
@@ -165,6 +168,9 @@ class Reconciler:
                 newest=records.newest_stored(session, rollout_id, plan, progress)
                 if not ended and judging
                 else records.Newest(),
+                suite_counts=suite_counts(session, rollout_id, plan, progress)
+                if not ended and judging
+                else {},
             )
 
     def watch_window(self, router: Router | None) -> timedelta:
@@ -332,9 +338,7 @@ class Reconciler:
         if source is None:
             failed = [Evaluation(g, r, Verdict.INCONCLUSIVE, now, reason=reason) for g, r in due]
             return judged + failed
-        source = Budgeted(
-            self.suites.with_suite_counts(source, rollout_id, progress), plan.trigger_interval
-        )
+        source = Budgeted(SuiteFedSource(source, facts.suite_counts), plan.trigger_interval)
         weight = plan.step_weight(progress.step_index)
         return judged + [
             evaluate_gate(
@@ -358,8 +362,8 @@ class Reconciler:
         ]
 
     def close(self) -> None:
-        """Stop the suite runs; claim no more."""
-        self.suites.close()
+        """Nothing to release: the tick keeps nothing open between ticks (the evaluation runs
+        it creates are :class:`~rolloutd.reconcile.runs.EvaluationRuns`')."""
 
     # -- deciding and writing ---------------------------------------------------------------
 

@@ -64,16 +64,6 @@ def newest_ended(
     )
 
 
-def last_ended_at(
-    session: Session, *, rollout_id: int, gate: str, step_index: int, state: str
-) -> datetime | None:
-    """When the gate's newest job of ``state`` in the step ended (its ``finished_at``)."""
-    row = newest_ended(
-        session, rollout_id=rollout_id, gate=gate, step_index=step_index, state=state
-    )
-    return None if row is None else row.finished_at
-
-
 class DueJob(TypedDict):
     """Which gate's suite is due, in which step of which rollout, and since when."""
 

@@ -1,6 +1,7 @@
-"""The suite gate inside a rollout: the reconciler runs the suite in the background at the
-step's entry, judges the stored runs on later ticks, and the step completes (or holds) on
-the verdict; the suite's schema violations feed the live schema gates."""
+"""The suite gate inside a rollout: the tick writes the due run at the step's entry, the
+evaluation reconciler runs it in the background, later ticks judge the stored runs, and the
+step completes (or holds) on the verdict; the suite's schema violations feed the live schema
+gates."""
 
 from __future__ import annotations
 
@@ -12,8 +13,12 @@ from typing import TYPE_CHECKING, Any
 import pytest
 from sqlalchemy import func, select, update
 
+from rolloutd.core.actions import CommandKind
 from rolloutd.core.progress import Progress
 from rolloutd.evaluation.source import SuiteFedSource
+from rolloutd.operations import plan_of, submit_command
+from rolloutd.reconcile.runs import EvaluationRuns
+from rolloutd.reconcile.suites import suite_counts
 from rolloutd.sim.engine import Replica
 from rolloutd.sim.profiles import Profile
 from rolloutd.store import queries, suite_jobs
@@ -31,7 +36,9 @@ T0 = datetime(2026, 3, 2, 9, 0, tzinfo=UTC)
 pytestmark = [pytest.mark.postgres, pytest.mark.slow]
 
 
-def _plan(stable: Replica, canary: Replica, suite: Path = EXAMPLE) -> dict[str, Any]:
+def _plan(
+    stable: Replica, canary: Replica, suite: Path | None = EXAMPLE, **tool_args: Any
+) -> dict[str, Any]:
     return memory_plan(
         name="suite-gate",
         pools=pools(stable.url, canary.url, names=("s1", "c1")),
@@ -42,9 +49,10 @@ def _plan(stable: Replica, canary: Replica, suite: Path = EXAMPLE) -> dict[str, 
         gates={
             "tool_args": {
                 "kind": "suite",
-                "suite": str(suite),
+                "suite": None if suite is None else str(suite),
                 "rule": "no_regression",
                 "concurrency": 16,
+                **tool_args,
             },
             "schema": {
                 "kind": "threshold",
@@ -63,14 +71,29 @@ def _plan(stable: Replica, canary: Replica, suite: Path = EXAMPLE) -> dict[str, 
 
 
 class Rollout(Leader):
-    """A leader's reconciler ticking one rollout of the suite plan on a fake clock."""
+    """A leader's reconciler ticking one rollout of the suite plan on a fake clock, and its
+    evaluation reconciler making a pass after each tick (the daemon's every second)."""
 
-    def __init__(self, store: StoreHandle, canary_profile: Profile, suite: Path = EXAMPLE) -> None:
+    def __init__(
+        self,
+        store: StoreHandle,
+        canary_profile: Profile,
+        suite: Path | None = EXAMPLE,
+        **tool_args: Any,
+    ) -> None:
         self.stable = start("exact", pool="stable")
         self.canary = start(canary_profile)
-        super().__init__(store, _plan(self.stable, self.canary, suite), start=T0)
+        super().__init__(store, _plan(self.stable, self.canary, suite, **tool_args), start=T0)
+        self.evaluation_runs = EvaluationRuns(self.reconciler.shell)
+
+    def tick(self, **advance: float) -> str:
+        """Move the clock, run one tick, then one pass of the evaluation runs."""
+        state = super().tick(**advance)
+        self.evaluation_runs.reconcile()
+        return state
 
     def close(self) -> None:
+        self.evaluation_runs.close()
         self.reconciler.close()
         self.stable.stop()
         self.canary.stop()
@@ -101,8 +124,8 @@ def rollout_of(pg_store: StoreHandle) -> Any:
     store = pg_store
     opened: list[Rollout] = []
 
-    def make(profile: Profile, suite: Path = EXAMPLE) -> Rollout:
-        opened.append(Rollout(store, profile, suite))
+    def make(profile: Profile, suite: Path | None = EXAMPLE, **tool_args: Any) -> Rollout:
+        opened.append(Rollout(store, profile, suite, **tool_args))
         return opened[-1]
 
     yield make
@@ -153,10 +176,10 @@ def test_the_suites_schema_violations_feed_the_schema_gate(rollout_of: Any) -> N
     with rollout.store.sessions.begin() as session:
         run_ids = session.scalars(select(SuiteRun.id)).all()
     assert len(run_ids) == 2
-    source = rollout.reconciler.suites.with_suite_counts(
-        rollout.metrics, rollout.rollout_id, rollout_progress(rollout)
-    )
-    assert isinstance(source, SuiteFedSource)
+    with rollout.store.sessions() as session:
+        plan = plan_of(queries.get_rollout(session, rollout.rollout_id))
+        counts = suite_counts(session, rollout.rollout_id, plan, rollout_progress(rollout))
+    source = SuiteFedSource(rollout.metrics, counts)
     measured = source.measure("schema_violation_rate", "canary", timedelta(hours=1), T0)
     assert measured.samples is not None and measured.samples > 1000
     assert measured.value > 0.1  # hundreds of violations among 1,300 calls
@@ -190,8 +213,8 @@ def test_a_job_another_instance_holds_runs_here_only_once_its_claim_lapses(
 
 
 def test_a_run_whose_claim_was_taken_stores_nothing(rollout_of: Any, tmp_path: Path) -> None:
-    """A run that loses its job (another instance claimed it after the claim lapsed) finishes
-    its requests but writes no run and does not end the job."""
+    """A run that loses its job (another instance claimed it after the claim lapsed) stops at
+    its next write: it writes no run and does not end the job."""
     rollout = rollout_of("exact", first_cases(tmp_path / "short.jsonl", 60))
     rollout.tick()
     rollout.tick(seconds=1)  # claimed and started here
@@ -200,7 +223,7 @@ def test_a_run_whose_claim_was_taken_stores_nothing(rollout_of: Any, tmp_path: P
             update(SuiteJob).values(acquired_by="elsewhere", attempts=SuiteJob.attempts + 1)
         )
     deadline = time.monotonic() + 60
-    while not all(run.future.done() for run in rollout.reconciler.suites._runs.values()):
+    while not all(run.future.done() for run in rollout.evaluation_runs._runs.values()):
         assert time.monotonic() < deadline, "the run did not end"
         time.sleep(0.05)
     assert rollout.runs() == 0
@@ -278,3 +301,67 @@ def rollout_progress(rollout: Rollout) -> Progress:
     """The rollout's progress facts as stored."""
     with rollout.store.sessions.begin() as session:
         return Progress.from_storage(queries.get_rollout(session, rollout.rollout_id).progress)
+
+
+@pytest.mark.parametrize(
+    ("command", "state", "reason"),
+    [
+        ("abort", "cancelled", "the rollout is rolling back"),
+        ("promote", "superseded", "step 3 of 3 (full 100%) began before the run finished"),
+    ],
+)
+def test_a_run_whose_rollout_or_step_moved_on_is_ended_with_an_event(
+    rollout_of: Any, tmp_path: Path, command: CommandKind, state: str, reason: str
+) -> None:
+    """Another instance holds the step's run; an abort (the rollout rolls back) or a promote
+    to full (the step is over) ends it at the evaluation reconciler's next pass, whoever
+    holds it, and the rollout's events say which run ended and why."""
+    rollout = rollout_of("exact", first_cases(tmp_path / "short.jsonl", 30))
+    rollout.tick()
+    claimed_elsewhere(rollout)
+    with rollout.store.sessions.begin() as session:
+        submit_command(
+            session,
+            rollout.rollout_id,
+            command,
+            actor="alice",
+            reason=None,
+            full=command == "promote",
+            now=rollout.clock(),
+        )
+    for _ in range(3):  # a promote moves on once the step's weight is verified
+        rollout.tick(seconds=1)
+    with rollout.store.sessions.begin() as session:
+        (job,) = session.scalars(select(SuiteJob)).all()
+        events = [
+            (e.kind, e.detail)
+            for e in queries.list_events(session, rollout.rollout_id)
+            if e.kind.startswith("suite_run")
+        ]
+    assert (job.state, job.reason) == (state, reason)
+    assert events == [(f"suite_run_{state}", f"suite run {job.name} {state}: {reason}")]
+    assert rollout.runs() == 0
+
+
+def test_a_live_gate_without_its_capture_is_inconclusive_saying_why_and_not_run_again(
+    rollout_of: Any, tmp_path: Path
+) -> None:
+    """A gate of live traffic only, whose capture directory is missing: the step's run ends
+    without a run to store, the gate is inconclusive with the directory in the reason (not
+    pending for ever), and the suite is not due again within the step."""
+    missing = tmp_path / "no-capture"
+    rollout = rollout_of("exact", suite=None, sampled={"capture": str(missing)})
+    rollout.tick()
+    rollout.tick(seconds=1)  # due: the job is written and run
+    wait_until_job_done(rollout)
+    for _ in range(3):
+        rollout.tick(seconds=1)
+    verdict, reason, _ = rollout.evaluations("tool_args")[-1]
+    assert (verdict, reason) == (
+        "inconclusive",
+        f"live sample: {missing}: no such capture directory",
+    )
+    with rollout.store.sessions.begin() as session:
+        (job,) = session.scalars(select(SuiteJob)).all()
+    assert (job.state, job.reason) == ("done", reason)
+    assert rollout.runs() == 0

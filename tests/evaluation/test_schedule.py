@@ -61,13 +61,14 @@ def test_shadow_then_canary_gates_run_store_and_reuse_the_shadow_baseline(
         )
         shadow = plan.gates["tool_args_no_regression"]
         assert isinstance(shadow, SuiteGate)
-        shadow = shadow.model_copy(update={"suite": "small.jsonl"})
+        # The suite file alone: the example's live traffic is another test's (test_live_suite).
+        shadow = shadow.model_copy(update={"suite": "small.jsonl", "sampled": None})
         first = run_step_gate(spec=shadow, name="tool_args_no_regression", step_index=0)
         assert first.verdict is Verdict.FAIL
         asked_stable = stable.ledger.position()
         daily = plan.gates["tool_args_exactness"]
         assert isinstance(daily, SuiteGate)
-        daily = daily.model_copy(update={"suite": "small.jsonl"})
+        daily = daily.model_copy(update={"suite": "small.jsonl", "sampled": None})
         second = run_step_gate(spec=daily, name="tool_args_exactness", step_index=1)
     assert second.verdict is Verdict.FAIL
     assert stable.ledger.position() == asked_stable  # the shadow baseline was reused

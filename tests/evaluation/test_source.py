@@ -11,6 +11,7 @@ from rolloutd.evaluation.source import SuiteFedSource
 from tests.evaluation.test_gate import NOW
 
 WINDOW = timedelta(minutes=5)
+POOLS: tuple[Pool, ...] = ("canary", "stable")
 
 
 class Live:
@@ -36,7 +37,7 @@ def suite(violations: int, calls: int) -> SuiteFedSource:
             "e2e_latency": Measurement(3.0, 10, "q"),
         }
     )
-    return SuiteFedSource(live, lambda pool: (violations, calls, 7))
+    return SuiteFedSource(live, dict.fromkeys(POOLS, (violations, calls, 7)))
 
 
 def test_the_suite_run_is_added_to_the_live_rate_and_count() -> None:
@@ -56,10 +57,17 @@ def test_other_signals_pass_through() -> None:
 
 def test_without_live_traffic_the_suite_alone_answers() -> None:
     """A shadow step with no mirrored traffic still gets a schema-violation rate."""
-    source = SuiteFedSource(Live({}), lambda pool: (3, 300, 1))
+    source = SuiteFedSource(Live({}), dict.fromkeys(POOLS, (3, 300, 1)))
     rate = source.measure("schema_violation_rate", "canary", WINDOW, NOW)
     assert (rate.value, rate.samples) == (0.01, 300)
     with pytest.raises(MeasurementError):
-        SuiteFedSource(Live({}), lambda pool: (0, 0, None)).measure(
+        SuiteFedSource(Live({}), dict.fromkeys(POOLS, (0, 0, None))).measure(
             "schema_violation_rate", "canary", WINDOW, NOW
         )
+
+
+def test_a_pool_without_a_suite_run_gets_the_live_measurement_alone() -> None:
+    """Counts for the canary only: stable's schema signals are the live ones, untouched."""
+    source = SuiteFedSource(suite(6, 300).inner, {"canary": (6, 300, 7)})
+    rate = source.measure("schema_violation_rate", "stable", WINDOW, NOW)
+    assert (rate.value, rate.samples) == (0.002, 1000)
