@@ -153,9 +153,9 @@ def _draw(
         report = _report(sample, read, problems)
     if len(data) > MAX_SAMPLED_BYTES:
         reason = (
-            f"live sample: {capture}: {sample.kept} case(s) take {len(data) / 2**20:.0f} MiB, "
-            f"more than the {MAX_SAMPLED_BYTES // 2**20} MiB a run keeps, and fewer than "
-            f"min_cases {sampled.min_cases} would fit"
+            f"live sample: {capture}: {sample.kept} case(s) take {_size(len(data))}, more than "
+            f"the {_size(MAX_SAMPLED_BYTES)} a run keeps, and fewer than min_cases "
+            f"{sampled.min_cases} would fit"
         )
         return _Drawn(None, report, reason)
     return _Drawn(data, report, None)
@@ -183,3 +183,7 @@ def _too_few(capture: Path, sampled: SampledSource, sample: sampling.Sample, pro
         f"{format_duration(sampled.window)}, fewer than min_cases {sampled.min_cases} "
         f"(dropped: {dropped}{unread})"
     )
+
+
+def _size(count: int) -> str:
+    return f"{count / 2**20:.0f} MiB" if count >= 2**20 else f"{count / 2**10:.0f} KiB"

@@ -355,3 +355,33 @@ def test_too_little_live_traffic_is_inconclusive_with_the_counts_and_judged_so(
                 session, spec=spec, name="g", role="step", rollout_id=rollout_id, now=NOW
             )
         assert (judged.verdict, judged.reason) == (Verdict.INCONCLUSIVE, evaluation.reason)
+
+
+def test_a_sample_over_the_storage_bound_is_drawn_again_smaller(
+    store: StoreHandle, captured: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """With the bound at 64 KiB, the 40 cases asked for (some 130 KiB) do not fit: fewer are
+    drawn (still at least min_cases), the kept suite fits, and those are the cases replayed;
+    at 8 KiB not even min_cases fit, and the run says so in sizes."""
+    from rolloutd.evaluation import live
+
+    monkeypatch.setattr(live, "MAX_SAMPLED_BYTES", 64 * 1024)
+    with fleet("exact") as (plan, stable, _):
+        job = new_job(store)
+        evaluation = run(store, plan, live_gate(captured, min_cases=5), job)
+        asked = stable.ledger.position()
+    with store.sessions() as session:
+        sample = session.scalar(select(SuiteSample).where(SuiteSample.job_id == job.id))
+    assert sample is not None and sample.reason is None
+    assert 5 <= sample.kept < 40 and sample.size <= 64 * 1024
+    assert asked == sample.kept
+    assert evaluation.verdict is Verdict.PASS, evaluation.reason
+
+    monkeypatch.setattr(live, "MAX_SAMPLED_BYTES", 8 * 1024)
+    with fleet("exact") as (plan, stable, _):
+        too_big = run(store, plan, live_gate(captured, min_cases=5), new_job(store))
+        assert stable.ledger.position() == 0
+    assert too_big.verdict is Verdict.INCONCLUSIVE
+    assert too_big.reason.endswith(
+        "more than the 8 KiB a run keeps, and fewer than min_cases 5 would fit"
+    )
