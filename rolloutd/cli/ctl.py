@@ -147,7 +147,8 @@ def plan_check(file: str, output: str) -> None:
       rolloutctl plan check config/plans/atlas-70b-maxseq8192.yaml
       rolloutctl plan check plan.yaml -o json | jq '.[] | select(.found == "absent")'
     """
-    from rolloutd.analysis.preflight import blocking, check_captures
+    from rolloutd.analysis.preflight import blocking
+    from rolloutd.evaluation.sampling import check_captures
     from rolloutd.planfile import load_plan
 
     loaded = load_plan(file)

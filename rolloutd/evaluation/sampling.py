@@ -38,6 +38,9 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
+from rolloutd.analysis.preflight import Check, Found, first_step_gates
+from rolloutd.core.durations import format_duration
+from rolloutd.core.plan import Plan, SuiteGate
 from rolloutd.errors import BadInput
 from rolloutd.evaluation.capture import Captured, CaptureRead, read_capture
 from rolloutd.evaluation.suite import Suite, parse_suite
@@ -311,3 +314,66 @@ def _water_fill(available: dict[str, int], budget: int) -> dict[str, int]:
             break
         open_tools = still_open
     return quota
+
+
+# --- before a rollout: `rolloutctl plan check` ----------------------------------------------
+
+CAPTURE = "captured cases"
+"""The "signal" of a suite gate's ``sampled`` source in the preflight: usable captured cases."""
+
+
+def check_captures(plan: Plan, now: datetime) -> list[Check]:
+    """For every suite gate with a ``sampled`` source: does the capture hold enough usable
+    cases over the gate's window before ``now``? *ok* at ``min_cases`` or more, *no data
+    yet* below (traffic may come), *absent* when the directory does not exist. Only counts
+    are reported, never what was captured."""
+    first = first_step_gates(plan)
+    checks = []
+    for name, gate in plan.gates.items():
+        if not isinstance(gate, SuiteGate) or gate.sampled is None:
+            continue
+        sampled = gate.sampled
+        capture = Path(sampled.capture)
+        try:
+            sample, read = read_and_sample(
+                capture, since=now - sampled.window, until=now, cases=sampled.cases, seed=0
+            )
+        except BadInput as exc:
+            reason = "; ".join(p.message for p in exc.problems)
+            checks.append(
+                Check(
+                    name,
+                    CAPTURE,
+                    "stable",
+                    "absent",
+                    None,
+                    None,
+                    str(capture),
+                    reason,
+                    name in first,
+                )
+            )
+            continue
+        usable = sum(sample.available.values())
+        found: Found = "ok" if usable >= sampled.min_cases else "no data yet"
+        why = (
+            f"{usable} usable of {len(read.records)} captured in the last "
+            f"{format_duration(sampled.window)} (a run samples {sampled.cases}, needs "
+            f"{sampled.min_cases})"
+        )
+        if read.problems:
+            why += f"; {len(read.problems)} unreadable line(s)"
+        checks.append(
+            Check(
+                name,
+                CAPTURE,
+                "stable",
+                found,
+                float(usable),
+                len(read.records),
+                str(capture),
+                why,
+                name in first,
+            )
+        )
+    return checks

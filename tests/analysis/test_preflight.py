@@ -9,13 +9,8 @@ from pathlib import Path
 import pytest
 
 from rolloutd.analysis.base import Measurement, MeasurementError, Pool
-from rolloutd.analysis.preflight import (
-    CAPTURE,
-    blocking,
-    check_captures,
-    check_plan,
-    first_step_gates,
-)
+from rolloutd.analysis.preflight import blocking, check_plan, first_step_gates
+from rolloutd.evaluation.sampling import CAPTURE, check_captures
 from rolloutd.gateway import Capture
 from tests.cli import Ctl
 from tests.plans import example_plan, plan_of, small_dict, to_yaml

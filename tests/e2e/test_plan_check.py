@@ -27,10 +27,16 @@ pytestmark = [pytest.mark.postgres, pytest.mark.slow]
 
 
 def _reference_plan(stack: Stack, tmp_path: Path, **metrics: Any) -> Path:
-    """The reference plan, pointed at the stack's Prometheus (1 s scrapes)."""
+    """The reference plan, pointed at the stack's Prometheus (1 s scrapes), its live-traffic
+    gates at an empty capture directory (the stack's agents are not captured)."""
     assert stack.prometheus is not None
     data = example_dict()
     data["metrics"].update(url=stack.prometheus.url, scrape_interval="1s", **metrics)
+    capture = tmp_path / "capture"
+    capture.mkdir(exist_ok=True)
+    for gate in data["gates"].values():
+        if "sampled" in gate:
+            gate["sampled"]["capture"] = str(capture)
     path = tmp_path / "atlas-70b-maxseq8192.yaml"
     path.write_text(yaml.safe_dump(data))
     return path
