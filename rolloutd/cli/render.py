@@ -204,6 +204,9 @@ EVENT_STYLE = {
     "alert_waiting": "yellow",
     "drift": "yellow",
     "capacity_invalid": "yellow",
+    "suite_run_failed": "yellow",
+    "suite_run_superseded": "dim",
+    "suite_run_cancelled": "dim",
     "completed": "green",
     "command": "cyan",
 }

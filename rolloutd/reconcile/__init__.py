@@ -2,8 +2,10 @@
 
 ``tick`` converges the world toward the stored desired facts, judges the gates, asks the
 machine and writes its decision; ``perform`` is the one outcome boundary where attempts meet
-the world; ``records`` turns rows into the machine's inputs and back; ``suites`` schedules
-the tool-argument suite; ``shell`` holds the database, the clocks and the leader's fence.
+the world; ``records`` turns rows into the machine's inputs and back; ``suites`` writes the
+tool-argument suite's due runs and judges the stored ones; ``runs`` drives those runs on
+their own (claimed, resumed, cancelled), outside the tick; ``shell`` holds the database, the
+clocks and the leader's fence.
 """
 
 from __future__ import annotations
