@@ -19,7 +19,8 @@ from rolloutd.sim.engine import Replica
 from rolloutd.sim.profiles import Profile
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "gates" / "suites" / "tool-args-300.jsonl"
-SIM = RunnerOptions(concurrency=16, send_expected=True, timeout_s=10, retries=1, backoff_s=0.01)
+# Generous: a loaded CI machine must not turn a slow answer into a request error here.
+SIM = RunnerOptions(concurrency=16, send_expected=True, timeout_s=30, retries=2, backoff_s=0.01)
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
