@@ -12,11 +12,13 @@ from pathlib import Path
 import pytest
 from aiohttp import web
 
+from rolloutd.core.plan import Plan
 from rolloutd.evaluation.results import RunSummary
 from rolloutd.evaluation.runner import RunnerOptions, run_suite
 from rolloutd.evaluation.suite import Suite, load_suite
 from rolloutd.sim.engine import Replica
 from rolloutd.sim.profiles import Profile
+from tests.plans import example_dict, plan_of
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "gates" / "suites" / "tool-args-300.jsonl"
 # Generous: a loaded CI machine must not turn a slow answer into a request error here.
@@ -41,6 +43,21 @@ def first_cases(path: Path, count: int) -> Path:
 def start(profile: Profile = "exact", *, seed: int = 0, pool: str = "canary") -> Replica:
     """A started simulated replica with a fast clock; the caller stops it."""
     return Replica(f"sim-{profile}", pool=pool, profile=profile, seed=seed, time_scale=1e-5).start()
+
+
+@contextmanager
+def fleet(canary: Profile = "exact") -> Iterator[tuple[Plan, Replica, Replica]]:
+    """The example plan on an exact stable replica and a canary of profile ``canary``
+    (both stopped after)."""
+    stable, served = start("exact", pool="stable"), start(canary, pool="canary")
+    try:
+        data = example_dict()
+        data["pools"]["stable"]["replicas"] = [{"name": "gpu-a", "url": stable.url}]
+        data["pools"]["canary"]["replicas"] = [{"name": "gpu-d", "url": served.url}]
+        yield plan_of(data), stable, served
+    finally:
+        stable.stop()
+        served.stop()
 
 
 @pytest.fixture(scope="session")

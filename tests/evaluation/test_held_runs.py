@@ -23,14 +23,11 @@ from rolloutd.evaluation.runner import RunAbandoned, RunnerOptions
 from rolloutd.evaluation.schedule import judge_stored, run_suite_for_gate
 from rolloutd.gateway import Capture
 from rolloutd.reconcile import NotLeading
-from rolloutd.sim.engine import Replica
-from rolloutd.sim.profiles import Profile
 from rolloutd.sim.traffic import TrafficGenerator
 from rolloutd.store import suite_jobs
 from rolloutd.store.suite_jobs import Claim
 from rolloutd.store.suite_models import SuiteJobCase, SuiteSample
-from tests.evaluation.conftest import first_cases, start
-from tests.plans import example_dict, plan_of
+from tests.evaluation.conftest import first_cases, fleet, start
 from tests.store.seed import seed_rollout
 
 if TYPE_CHECKING:
@@ -92,20 +89,6 @@ class Holder:
             if not suite_jobs.holds(session, self.claim):
                 raise NotLeading("the job is no longer ours")
             yield session
-
-
-@contextmanager
-def fleet(canary: Profile) -> Iterator[tuple[Plan, Replica, Replica]]:
-    """The example plan on an exact stable replica and a canary of profile ``canary``."""
-    stable, served = start("exact", pool="stable"), start(canary, pool="canary")
-    try:
-        data = example_dict()
-        data["pools"]["stable"]["replicas"] = [{"name": "gpu-a", "url": stable.url}]
-        data["pools"]["canary"]["replicas"] = [{"name": "gpu-d", "url": served.url}]
-        yield plan_of(data), stable, served
-    finally:
-        stable.stop()
-        served.stop()
 
 
 def new_job(store: StoreHandle) -> JobRef:

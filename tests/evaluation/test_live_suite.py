@@ -7,8 +7,6 @@ from __future__ import annotations
 import itertools
 import json
 import logging
-from collections.abc import Iterator
-from contextlib import contextmanager
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -22,11 +20,8 @@ from rolloutd.evaluation.capture import read_capture
 from rolloutd.evaluation.runner import RunnerOptions
 from rolloutd.evaluation.schedule import judge_stored, run_suite_for_gate
 from rolloutd.gateway import Capture
-from rolloutd.sim.engine import Replica
-from rolloutd.sim.profiles import Profile
 from rolloutd.sim.traffic import TrafficGenerator
-from tests.evaluation.conftest import start
-from tests.plans import example_dict, plan_of
+from tests.evaluation.conftest import fleet, start
 from tests.store.seed import seed_rollout
 
 if TYPE_CHECKING:
@@ -34,20 +29,6 @@ if TYPE_CHECKING:
 
 _SERVICES = itertools.count()
 SIM = RunnerOptions(concurrency=16, send_expected=True, timeout_s=10, retries=1)
-
-
-@contextmanager
-def fleet(canary_profile: Profile) -> Iterator[tuple[Plan, Replica, Replica]]:
-    """The example plan on one exact stable replica and one canary of ``canary_profile``."""
-    stable, canary = start("exact", pool="stable"), start(canary_profile, pool="canary")
-    try:
-        data = example_dict()
-        data["pools"]["stable"]["replicas"] = [{"name": "gpu-a", "url": stable.url}]
-        data["pools"]["canary"]["replicas"] = [{"name": "gpu-d", "url": canary.url}]
-        yield plan_of(data), stable, canary
-    finally:
-        stable.stop()
-        canary.stop()
 
 
 @pytest.fixture(scope="module")
