@@ -1,4 +1,5 @@
-"""The agent gateway's metrics contract, and a reference exporter a gateway can embed.
+"""The agent gateway's metrics contract, a reference exporter, and a capture of live tool
+calls, all of which a gateway can embed.
 
 rolloutd's gates judge what only the agent gateway (the service between users' agents and the
 engines) can see: sessions, escalations to a human, tool calls that break their schema, and
@@ -26,6 +27,11 @@ file. What counts, in one place (``request_finished`` and friends repeat it wher
   session is one binomial trial. The exporter counts them only for calls given ``session=``.
 - Both pools' series exist from the start at 0, so a pool without events reads as a live
   zero, never as an absent series (which the gates treat as "no data", inconclusive).
+
+The gateway also sees the requests themselves. ``Capture`` writes a share of the tool-calling
+ones, with their answers, as OpenAI Batch JSONL (a pair of files a day, redacted before they
+are written, capped in size, kept for a week), from which ``rolloutctl suite sample`` draws a
+tool-argument suite whose reference is what the stable pool answered.
 """
 
 from __future__ import annotations
@@ -467,13 +473,18 @@ def _histogram(
 
 CAPTURE_KEY = "rolloutd"
 """The key rolloutd adds to each Batch *output* line: ``{"pool", "session", "at"}`` (the pool
-that answered, the sha256 of the session id, the UTC time the answer finished). Readers of the
-Batch format ignore a key they do not know."""
+that answered, the sha256 of the session id, the UTC time the answer was recorded). Readers of
+the Batch format ignore a key they do not know."""
 REQUESTS_SUFFIX = ".requests.jsonl"
 RESPONSES_SUFFIX = ".responses.jsonl"
 CHAT_URL = "/v1/chat/completions"
+CAPTURE_FILE_MODE = 0o640
+CAPTURE_DIRECTORY_MODE = 0o750
+"""Captured prompts are for the gateway's group (where rolloutd reads them), not every user."""
 _DAY_FILE = re.compile(r"^(\d{4}-\d{2}-\d{2})\.(requests|responses)\.jsonl$")
 _SEGMENT = re.compile(r"^([A-Za-z0-9_-]+)?((?:\[(?:\*|\d+)\])*)$")
+_INDEX = re.compile(r"\[(\*|\d+)\]")
+_OPEN_FLAGS = os.O_RDWR | os.O_APPEND | os.O_CREAT | getattr(os, "O_BINARY", 0)
 
 
 @dataclass(frozen=True)
@@ -482,9 +493,11 @@ class Redaction:
 
     Written ``ACTION:DOCUMENT.PATH``: ``drop:request.metadata.user_id``,
     ``hash:request.messages[*].content``, ``drop:response.choices[*].message.content``. A
-    path is keys separated by dots, each optionally followed by ``[*]`` (every item of a list)
-    or ``[N]``; a path that does not exist in a body is left alone. ``hash`` replaces the
-    value by ``"sha256:" + hex`` of its canonical JSON, so equal values stay equal.
+    path is keys (letters, digits, ``_``, ``-``) separated by dots, each optionally followed
+    by ``[*]`` (every item of a list) or ``[N]`` (item N, from 0); a path that does not exist
+    in a body is left alone. ``drop`` removes the key (or the list items); ``hash`` replaces
+    the value by ``"sha256:"`` and the hex sha256 of its canonical JSON, so equal values stay
+    equal and nothing of them can be read back.
     """
 
     action: Literal["drop", "hash"]
@@ -519,12 +532,13 @@ class Redaction:
             key, indexes = match.groups()
             if key is not None:
                 path.append(key)
-            for index in re.findall(r"\[(\*|\d+)\]", indexes):
+            for index in _INDEX.findall(indexes):
                 path.append(None if index == "*" else int(index))
         return cls(action, document, tuple(path), text)  # type: ignore[arg-type]
 
     def apply(self, body: Any) -> Any:
-        """``body`` with this rule applied (a copy where it changed anything)."""
+        """``body`` with this rule applied: a copy where it changed anything, never the
+        original changed."""
         return _redact(body, self.path, self.action)
 
 
@@ -543,47 +557,76 @@ def _redact(node: Any, path: tuple[str | int | None, ...], action: str) -> Any:
         return copy
     if not isinstance(node, list):
         return node
-    indexes = range(len(node)) if step is None else [step] if 0 <= step < len(node) else []
-    copy_list = list(node)
-    for i in indexes:
-        copy_list[i] = _redact(node[i], rest, action)
+    chosen = range(len(node)) if step is None else [step] if 0 <= step < len(node) else []
     if not rest and action == "drop":
-        copy_list = [item for i, item in enumerate(copy_list) if i not in set(indexes)]
+        gone = set(chosen)
+        return [item for i, item in enumerate(node) if i not in gone]
+    copy_list = list(node)
+    for i in chosen:
+        copy_list[i] = _redact(node[i], rest, action)
     return copy_list
 
 
 def _digest(value: Any) -> str:
     canonical = json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
-    return "sha256:" + hashlib.sha256(canonical.encode()).hexdigest()
+    return "sha256:" + hashlib.sha256(canonical.encode("utf-8", "surrogatepass")).hexdigest()
 
 
 def session_digest(session: str) -> str:
     """The session id as the capture stores it: its sha256 (the raw id never is)."""
-    return hashlib.sha256(session.encode()).hexdigest()
+    return hashlib.sha256(session.encode("utf-8", "surrogatepass")).hexdigest()
 
 
 class Capture:
     """Writes a share of live tool-calling chat requests and their answers as OpenAI Batch
     JSONL, for rolloutd to sample suites from (``rolloutctl suite sample``).
 
-    Per UTC day two files in ``directory``: ``YYYY-MM-DD.requests.jsonl`` holds Batch *input*
-    lines ``{"custom_id", "method": "POST", "url": "/v1/chat/completions", "body"}`` (what
-    vLLM's ``run-batch`` reads) and ``YYYY-MM-DD.responses.jsonl`` the *output* lines
-    ``{"id", "custom_id", "response": {"status_code", "request_id", "body"}, "error", "rolloutd":
-    {"pool", "session", "at"}}`` (what it writes, plus :data:`CAPTURE_KEY`). Both are appended
-    a whole line at a time under a lock, the output line after its input line, so a crash
-    leaves at most a truncated last line, which the reader reports and skips.
+    **The files.** Per UTC day, two files in ``directory``, joined by ``custom_id``:
 
-    - **What is sampled**: requests whose body offers ``tools``, each with probability
-      ``share``, drawn per request from a generator seeded with ``seed`` (reproducible in one
-      thread). Per request, not per session: a day's sample then spreads over many sessions.
-    - **Redaction** (:class:`Redaction`) is applied to both bodies before anything is written.
-    - **A size cap**: once a day's two files hold ``max_bytes_per_day``, that day's further
-      requests are counted in ``skipped_over_cap`` and not written.
-    - **Retention**: days older than ``retention`` are deleted when the capture starts and at
-      each new day.
+    - ``YYYY-MM-DD.requests.jsonl``: Batch *input* lines, what vLLM's ``run-batch`` and the
+      OpenAI Batch API read: ``{"custom_id", "method": "POST", "url": "/v1/chat/completions",
+      "body"}``, the body being the request the gateway forwarded (redacted).
+    - ``YYYY-MM-DD.responses.jsonl``: Batch *output* lines, what ``run-batch`` writes:
+      ``{"id", "custom_id", "response": {"status_code", "request_id", "body"}, "error": null}``,
+      plus rolloutd's key :data:`CAPTURE_KEY`: ``"rolloutd": {"pool", "session", "at"}``, the
+      pool that answered (``stable``, ``canary``; ``unknown`` when none did), the hex sha256
+      of the session id (:func:`session_digest`; the id itself is never written; null without
+      one) and when the answer was recorded (ISO 8601 UTC, ``2026-12-04T10:00:00.123456Z``),
+      which also names the day's files. Readers of the Batch format ignore an unknown key.
 
-    Only the standard library is used, so a gateway can vendor this file.
+    **What is sampled.** Only requests whose body offers ``tools`` (a non-empty list), each
+    with probability ``share``. With a session id the draw is a hash (BLAKE2b keyed by
+    ``seed``) of the session id and the request's turn (its number of messages and the length
+    of the last one) against ``share``: the same request draws the same in any thread, order,
+    restart or gateway replica with the seed, and no lock is taken. The turns of a session
+    draw apart, not the session as a whole: a day's sample then spreads over many sessions
+    rather than a few whole ones, whose turns share a task and a fate and would make the
+    suite's cases less independent than its gates count them; a retried turn draws as its
+    first attempt did (the sample drops the duplicate). Without a session id, a draw from a
+    generator seeded with ``seed`` (reproducible for one thread's sequence of requests).
+    ``seed=None`` draws a key at construction.
+
+    **Redaction** (:class:`Redaction`; rules are parsed when the capture is made) is applied
+    to the request and the answer before anything is serialised or written.
+
+    **A size cap.** Once a request's two lines would take the day's files past
+    ``max_bytes_per_day`` bytes, the day is full: that request and the day's further ones are
+    counted in ``skipped_over_cap`` and not written. The count starts from what the files held
+    when this process opened them, so N processes sharing a directory may write up to N caps.
+
+    **Retention.** Day files dated more than ``retention`` (7 days by default; an int is
+    days) before today are deleted when the capture is made and at each new day (best
+    effort: a file that cannot be deleted stays until the next try). Other files are left
+    alone.
+
+    **Writing.** Each line is appended whole by one unbuffered ``O_APPEND`` write under a
+    lock, the input line before its output line, so a crash leaves at most a truncated last
+    line (the reader reports and skips it; the next open ends it, so the line after a restart
+    is whole). Files are created ``0640`` and the directory ``0750``. A write that fails (a
+    full disk, a vanished directory) loses that request, counts it in ``failed`` and never
+    raises: a capture must not fail the user's request.
+
+    Thread-safe. Only the standard library is used, so a gateway can vendor this file.
     """
 
     def __init__(
@@ -593,33 +636,44 @@ class Capture:
         share: float = 0.05,
         redact: Sequence[str | Redaction] = (),
         max_bytes_per_day: int = 512 * 1024 * 1024,
-        retention: timedelta = timedelta(days=7),
+        retention: int | timedelta = 7,
         seed: int | None = None,
         clock: Callable[[], datetime] | None = None,
     ) -> None:
-        """Capture into ``directory`` (created if missing).
+        """Capture into ``directory`` (created if missing), deleting the days past
+        ``retention`` now.
 
-        :raises ValueError: a share outside 0-1, a bad redaction rule, a cap or retention
-            that is not positive.
+        :raises ValueError: a share outside 0-1, a bad redaction rule, a cap that is not
+            positive or a retention shorter than a day.
+        :raises OSError: the directory cannot be created.
         """
         if not 0.0 <= share <= 1.0:
             raise ValueError(f"share must lie between 0 and 1, not {share!r}")
-        if max_bytes_per_day <= 0 or retention <= timedelta(0):
-            raise ValueError("max_bytes_per_day and retention must be positive")
-        self.directory = Path(directory)
-        self.directory.mkdir(parents=True, exist_ok=True)
-        self.share = share
+        if max_bytes_per_day <= 0:
+            raise ValueError(f"max_bytes_per_day must be positive, not {max_bytes_per_day}")
+        keep = retention if isinstance(retention, timedelta) else timedelta(days=retention)
+        if keep < timedelta(days=1):
+            raise ValueError(f"retention must be at least one day, not {retention!r}")
         self.rules = tuple(r if isinstance(r, Redaction) else Redaction.parse(r) for r in redact)
+        self.directory = Path(directory)
+        self.directory.mkdir(mode=CAPTURE_DIRECTORY_MODE, parents=True, exist_ok=True)
+        self.share = share
         self.max_bytes_per_day = max_bytes_per_day
-        self.retention = retention
+        self.retention = keep
         self._clock = clock or (lambda: datetime.now(UTC))
+        # share 1.0 gives 2**64, above every 64-bit draw; share 0, below every one.
+        self._threshold = math.floor(share * 2**64)
+        self._key = os.urandom(32) if seed is None else hashlib.sha256(b"%d" % seed).digest()
         self._random = random.Random(seed)
         self._lock = threading.Lock()
         self._day: date | None = None
-        self._files: list[Any] = []
+        self._fds: tuple[int, int] | None = None
         self._bytes = 0
+        self._full = False
         self.captured = 0
         self.skipped_over_cap = 0
+        self.failed = 0
+        self._delete_expired(self._clock().astimezone(UTC).date())
 
     def record(
         self,
@@ -637,27 +691,25 @@ class Capture:
         """
         label = _pool(pool)
         tools = body.get("tools")
-        if not isinstance(tools, list) or not tools:
+        if not isinstance(tools, list) or not tools or not self._drawn(body, session):
             return False
-        with self._lock:
-            if self._random.random() >= self.share:
-                return False
-        request = dict(body)
-        response = None if answer is None else dict(answer)
+        request: Any = body
+        response: Any = answer
         for rule in self.rules:
             if rule.document == "request":
                 request = rule.apply(request)
             elif response is not None:
                 response = rule.apply(response)
         now = self._clock().astimezone(UTC)
-        custom_id = f"req-{uuid.uuid4().hex}"
+        token = uuid.uuid4().hex  # one draw names the three ids, each unique with it
+        custom_id = f"req-{token}"
         input_line = {"custom_id": custom_id, "method": "POST", "url": CHAT_URL, "body": request}
         output_line = {
-            "id": f"batch_req_{uuid.uuid4().hex}",
+            "id": f"batch_req_{token}",
             "custom_id": custom_id,
             "response": {
                 "status_code": status_code,
-                "request_id": f"req_{uuid.uuid4().hex}",
+                "request_id": f"req_{token}",
                 "body": response,
             },
             "error": None,
@@ -667,68 +719,139 @@ class Capture:
                 "at": now.isoformat().replace("+00:00", "Z"),
             },
         }
-        lines = [_jsonl(input_line), _jsonl(output_line)]
-        size = sum(len(line) for line in lines)
+        return self._append(now.date(), (_jsonl(input_line), _jsonl(output_line)))
+
+    def _drawn(self, body: Mapping[str, Any], session: str | None) -> bool:
+        """Whether this request is in the share (the class docstring says how it is drawn)."""
+        if session is None:
+            with self._lock:
+                return self._random.random() < self.share
+        turn = f"{session}\0{_turn(body)}".encode("utf-8", "surrogatepass")
+        draw = hashlib.blake2b(turn, digest_size=8, key=self._key).digest()
+        return int.from_bytes(draw, "big") < self._threshold
+
+    def _append(self, day: date, lines: tuple[bytes, bytes]) -> bool:
+        size = len(lines[0]) + len(lines[1])
         with self._lock:
-            self._roll(now.date())
-            if self._bytes + size > self.max_bytes_per_day:
-                self.skipped_over_cap += 1
+            try:
+                if self._day != day or self._fds is None:
+                    self._open(day)
+                assert self._fds is not None
+                if self._full or self._bytes + size > self.max_bytes_per_day:
+                    # Past the cap the day is full: a smaller request later would still fit,
+                    # but a day that stops at one point is easier to read than one with gaps.
+                    self._full = True
+                    self.skipped_over_cap += 1
+                    return False
+                for fd, line in zip(self._fds, lines, strict=True):
+                    _write_all(fd, line)
+            except OSError:
+                # A full disk or a vanished directory loses this request, not the user's
+                # answer; the files are opened afresh for the next one.
+                self.failed += 1
+                self._close_files()
                 return False
-            for handle, line in zip(self._files, lines, strict=True):
-                view = memoryview(line)
-                while view:  # a raw write may take less than it was given
-                    view = view[handle.write(view) :]
             self._bytes += size
             self.captured += 1
-        return True
+            return True
 
-    def _roll(self, today: date) -> None:
-        """At a new day: count what its files already hold, and drop expired days."""
-        if self._day == today:
-            return
+    def _open(self, day: date) -> None:
+        """Open ``day``'s files for appending (at a new day: expire old days first). Call
+        with the lock held.
+
+        :raises OSError: a file cannot be opened.
+        """
         self._close_files()
-        self._day = today
-        stem = self.directory / today.isoformat()
-        self._bytes = sum(
-            os.path.getsize(f"{stem}{suffix}")
-            for suffix in (REQUESTS_SUFFIX, RESPONSES_SUFFIX)
-            if os.path.exists(f"{stem}{suffix}")
-        )
-        oldest = today - self.retention
-        for path in self.directory.iterdir():
+        self._delete_expired(day)
+        self.directory.mkdir(mode=CAPTURE_DIRECTORY_MODE, parents=True, exist_ok=True)
+        fds: list[int] = []
+        size = 0
+        try:
+            for suffix in (REQUESTS_SUFFIX, RESPONSES_SUFFIX):
+                path = self.directory / f"{day.isoformat()}{suffix}"
+                fd = os.open(path, _OPEN_FLAGS, CAPTURE_FILE_MODE)
+                fds.append(fd)
+                end = os.lseek(fd, 0, os.SEEK_END)
+                if end and _last_byte(fd) != b"\n":
+                    # A crash cut the last line: end it, or the next line is glued to it and
+                    # lost with it.
+                    _write_all(fd, b"\n")
+                    end += 1
+                size += end
+        except OSError:
+            for fd in fds:
+                os.close(fd)
+            raise
+        self._fds = (fds[0], fds[1])
+        self._day = day
+        self._bytes = size
+        self._full = False
+
+    def _delete_expired(self, today: date) -> None:
+        oldest = today - timedelta(days=self.retention.days)
+        try:
+            paths = list(self.directory.iterdir())
+        except OSError:
+            return  # tried again at the next day
+        for path in paths:
             match = _DAY_FILE.match(path.name)
             if match is None:
                 continue
             try:
-                day = date.fromisoformat(match.group(1))
-            except ValueError:
-                continue
-            if day < oldest:
-                path.unlink(missing_ok=True)
-        # Unbuffered appends: each write() is one whole line, in the file at once.
-        self._files = [
-            open(f"{stem}{suffix}", "ab", buffering=0)  # noqa: SIM115 (closed at the next day)
-            for suffix in (REQUESTS_SUFFIX, RESPONSES_SUFFIX)
-        ]
+                if date.fromisoformat(match.group(1)) < oldest:
+                    path.unlink(missing_ok=True)
+            except (ValueError, OSError):
+                continue  # not a date (2026-13-45), or not ours to delete: left alone
 
     def _close_files(self) -> None:
-        for handle in self._files:
-            handle.close()
-        self._files = []
+        if self._fds is not None:
+            for fd in self._fds:
+                os.close(fd)
+        self._fds = None
+        self._day = None
 
     def close(self) -> None:
         """Close the day's files (a later request opens them again)."""
         with self._lock:
             self._close_files()
-            self._day = None
 
     def expire(self) -> None:
         """Delete the days past ``retention`` now (the capture also does at each new day)."""
         with self._lock:
-            self._close_files()
-            self._day = None
-            self._roll(self._clock().astimezone(UTC).date())
+            self._delete_expired(self._clock().astimezone(UTC).date())
+
+    def __enter__(self) -> Capture:
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self.close()
+
+
+def _turn(body: Mapping[str, Any]) -> str:
+    """What tells a session's turns apart, cheaply: the number of messages and the length
+    of the last one's content (a session's history grows, and its newest message differs)."""
+    messages = body.get("messages")
+    if not isinstance(messages, list) or not messages:
+        return "0"
+    last = messages[-1]
+    content = last.get("content") if isinstance(last, dict) else None
+    return f"{len(messages)}:{len(content) if isinstance(content, str | list) else 0}"
+
+
+def _last_byte(fd: int) -> bytes:
+    os.lseek(fd, -1, os.SEEK_END)  # appends still go to the end (O_APPEND)
+    return os.read(fd, 1)
+
+
+def _write_all(fd: int, data: bytes) -> None:
+    view = memoryview(data)
+    while view:  # a write may take less than it was given
+        view = view[os.write(fd, view) :]
 
 
 def _jsonl(line: Mapping[str, Any]) -> bytes:
-    return (json.dumps(line, ensure_ascii=False, separators=(",", ":")) + "\n").encode()
+    try:
+        return (json.dumps(line, ensure_ascii=False, separators=(",", ":")) + "\n").encode()
+    except UnicodeEncodeError:
+        # A lone surrogate (JSON allows "\ud800") is no UTF-8: escaped, the line stays JSON.
+        return (json.dumps(line, separators=(",", ":")) + "\n").encode()

@@ -15,7 +15,7 @@ from rolloutd.evaluation.capture import read_capture
 from rolloutd.evaluation.sampling import sample_cases, sample_day
 from rolloutd.evaluation.suite import load_suite
 from rolloutd.gateway import Capture
-from tests.capture.test_capture import SECRET, T0, Clock, answer, body
+from tests.capture.build import SECRET, T0, Clock, answer, body
 from tests.cli import Ctl
 
 DAY = (T0, T0 + timedelta(days=1))
