@@ -66,15 +66,20 @@ def sample_command(
     from rolloutd.evaluation.sampling import sample_day
 
     start, end = _stretch(day, since, until, last)
-    report = sample_day(
-        Path(capture),
-        since=start,
-        until=end,
-        cases=cases,
-        seed=seed,
-        out=Path(out),
-        assume_pool=assume_pool,
-    )
+    try:
+        report = sample_day(
+            Path(capture),
+            since=start,
+            until=end,
+            cases=cases,
+            seed=seed,
+            out=Path(out),
+            assume_pool=assume_pool,
+        )
+    except OSError as exc:
+        # The capture was read; what failed is writing the suite (a missing or read-only
+        # directory), and the temporary file is gone again.
+        raise BadInput.one(out, "", f"cannot write the suite: {exc.strerror or exc}") from None
     data = {"capture": capture, "since": start.isoformat(), "until": end.isoformat()}
     data |= report.as_json()
     if report.kept == 0:
@@ -95,6 +100,8 @@ def _print(data: dict[str, Any]) -> None:
         click.echo(f"  dropped {count}: {reason}")
     for problem in data["problems"]:
         click.echo(f"  skipped {problem}", err=True)
+    if data["unreported_problems"]:
+        click.echo(f"  skipped {data['unreported_problems']} more unreadable lines", err=True)
 
 
 def _stretch(

@@ -5,23 +5,36 @@ answered with a tool call: that call (its name and parsed arguments) becomes the
 ``expected``, so a replay to each pool is scored against what the serving build did. Every
 other request is dropped, counted by reason:
 
-- ``error status``: the answer was not a 2xx, or had no body;
+- ``error status``: the answer was not a 2xx (or the request failed without an answer);
 - ``served by canary``: the canary's answer is what is being judged, not a reference;
-- ``pool unknown``: the capture does not say which pool answered (``assume_pool`` says it);
+- ``pool unknown``: the capture does not say which pool answered, or names neither pool
+  (``assume_pool`` says it for lines that do not say);
 - ``no tool call``: no tools offered, or the answer called none;
-- ``unparseable``: the answer is not a chat completion, or its arguments are not JSON;
+- ``unparseable``: a 2xx whose body is not a chat completion, or whose first tool call's
+  arguments are not a JSON object;
 - ``not a valid case``: the request or the answer fails the suite's own checks (e.g. the
   stable answer names a tool not offered, or breaks the tool's schema);
 - ``over size``: the two lines hold more than ``max_case_bytes``;
 - ``duplicate``: the same messages and tools as a request kept before (the sha256 of their
-  canonical JSON);
-- ``not sampled``: over the day's budget of ``cases``.
+  canonical JSON, which is also the case's ``meta.request_sha256`` and names its id);
+- ``not sampled``: over the budget of ``cases``.
+
+Each case's ``tags`` are its tool's name and its ``meta`` says where it came from:
+``custom_id``, ``session`` (the session id's sha256, as captured), ``request_sha256`` and
+``captured_at``, never anything that was not already in the capture.
 
 **Stratified by tool.** The budget is shared equally among the tools, each taking at most
 what it has, the rest shared again among the tools that have more (water-filling): a tool
 called twice a day keeps both calls, and the common tools split the remainder, so each tool
-has as many cases as the budget allows for its own per-field test. Within a tool the cases
-are drawn with a generator seeded by ``seed``: the same capture and seed give the same suite.
+has as many cases as the budget allows for its own per-field test. Equal shares rather than
+shares of the traffic because the gates judge each field of each tool: a tool at 1% of the
+traffic would get 3 of 300 cases, too few to judge it. Within a tool the cases are drawn
+with a generator seeded by ``seed`` from the tool's cases in the order of their ids (which
+hash their content): the same capture and seed give the same suite, and a hand-written
+capture of the same requests gives the same suite as the gateway's.
+
+``write_suite`` writes the file atomically (a temporary file renamed over it, synced first),
+mode ``0640`` less the umask: it holds captured prompts, like the capture.
 """
 
 from __future__ import annotations
@@ -46,6 +59,8 @@ from rolloutd.evaluation.capture import Captured, CaptureRead, read_capture
 from rolloutd.evaluation.suite import Suite, parse_suite
 
 MAX_CASE_BYTES = 1024 * 1024
+"""A request and its answer taking more than this are dropped as ``over size``."""
+SUITE_FILE_MODE = 0o640
 REASONS = (
     "error status",
     "served by canary",
@@ -84,10 +99,13 @@ class SampleReport:
     by_tool: dict[str, int]
     available: dict[str, int]
     problems: tuple[str, ...]
-    """Lines that could not be read, as ``file:line: field: what``."""
+    """Lines that could not be read, as ``file:line: field: what`` (the first
+    :data:`~rolloutd.evaluation.capture.MAX_PROBLEMS`)."""
     files: tuple[str, ...]
     out: str | None
     sha256: str | None
+    unreported: int = 0
+    """Problems past those listed, counted only."""
 
     def as_json(self) -> dict[str, Any]:
         """JSON-ready, for ``--output json`` and a run's evidence."""
@@ -100,6 +118,7 @@ class SampleReport:
             "files": list(self.files),
             "out": self.out,
             "sha256": self.sha256,
+            "unreported_problems": self.unreported,
         }
 
 
@@ -111,7 +130,14 @@ def sample_cases(
     assume_pool: str | None = None,
     max_case_bytes: int = MAX_CASE_BYTES,
 ) -> Sample:
-    """Up to ``cases`` suite cases from ``records``, stratified by tool (module docstring)."""
+    """Up to ``cases`` suite cases from ``records``, stratified by tool (module docstring).
+
+    :raises ValueError: ``cases`` below 1, or ``assume_pool`` neither stable nor canary.
+    """
+    if cases < 1:
+        raise ValueError(f"cases must be at least 1, not {cases}")
+    if assume_pool not in (None, "stable", "canary"):
+        raise ValueError(f"assume_pool must be stable or canary, not {assume_pool!r}")
     dropped: Counter[str] = Counter()
     seen: set[str] = set()
     usable: dict[str, list[dict[str, Any]]] = {}
@@ -144,10 +170,15 @@ def sample_cases(
 
 def suite_bytes(sample: Sample) -> bytes:
     """The sample as the bytes of a suite file (one sorted-key JSON object a line)."""
-    return b"".join(
-        (json.dumps(line, ensure_ascii=False, sort_keys=True) + "\n").encode()
-        for line in sample.lines
-    )
+    return b"".join(_line_bytes(line) for line in sample.lines)
+
+
+def _line_bytes(case: dict[str, Any]) -> bytes:
+    try:
+        return (json.dumps(case, ensure_ascii=False, sort_keys=True) + "\n").encode()
+    except UnicodeEncodeError:
+        # A lone surrogate (JSON allows "\ud800") is no UTF-8: escaped, the line stays JSON.
+        return (json.dumps(case, sort_keys=True) + "\n").encode()
 
 
 def suite_of(sample: Sample, source: str) -> Suite:
@@ -191,11 +222,18 @@ def write_suite(sample: Sample, path: Path) -> str:
     if not sample.lines:
         raise BadInput.one(str(path), "", "no usable case to write")
     data = suite_bytes(sample)
-    path.parent.mkdir(parents=True, exist_ok=True)
+    if not path.parent.exists():
+        path.parent.mkdir(parents=True)
     handle, temporary = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
     try:
         with os.fdopen(handle, "wb") as out:
             out.write(data)
+            out.flush()
+            # Synced before the rename: a crash then leaves the old file or the whole new one.
+            os.fsync(out.fileno())
+        umask = os.umask(0)
+        os.umask(umask)
+        os.chmod(temporary, SUITE_FILE_MODE & ~umask)
         os.replace(temporary, path)
     except BaseException:
         Path(temporary).unlink(missing_ok=True)
@@ -214,9 +252,12 @@ def sample_day(
     assume_pool: str | None = None,
 ) -> SampleReport:
     """Read the capture from ``since`` to ``until``, sample it, and write the suite to
-    ``out`` (None: do not write); the report says what was kept and dropped.
+    ``out`` (None: do not write; nothing is written either when no case was kept); the
+    report says what was kept and dropped, why, and which lines could not be read.
 
     :raises BadInput: the capture directory does not exist or cannot be listed.
+    :raises ValueError: ``cases`` below 1, or an ``assume_pool`` other than stable or canary.
+    :raises OSError: the suite cannot be written to ``out``.
     """
     sample, read = read_and_sample(
         capture, since=since, until=until, cases=cases, seed=seed, assume_pool=assume_pool
@@ -234,6 +275,7 @@ def sample_day(
         files=read.files,
         out=written,
         sha256=sha,
+        unreported=read.unreported,
     )
 
 
@@ -242,37 +284,36 @@ def _case_of(
 ) -> tuple[dict[str, Any] | None, str]:
     """The suite case a record makes, or None and why not."""
     status = record.status_code
-    if status is None or not 200 <= status < 300 or record.answer is None:
+    if status is None or not 200 <= status < 300:
         return None, "error status"
     pool = record.pool or assume_pool
-    if pool is None:
-        return None, "pool unknown"
-    if pool != "stable":
+    if pool == "canary":
         return None, "served by canary"
+    if pool != "stable":
+        return None, "pool unknown"
     tools = record.request.get("tools")
-    messages = record.request.get("messages")
     if not isinstance(tools, list) or not tools:
         return None, "no tool call"
     try:
-        calls = record.answer["choices"][0]["message"].get("tool_calls")
-    except (KeyError, IndexError, TypeError, AttributeError):
+        called = _first_call(record.answer)
+    except (KeyError, IndexError, TypeError, AttributeError, ValueError, RecursionError):
         return None, "unparseable"
-    if not calls:
+    if called is None:
         return None, "no tool call"
-    try:
-        function = calls[0]["function"]
-        name = function["name"]
-        arguments = json.loads(function["arguments"])
-    except (KeyError, IndexError, TypeError, ValueError):
-        return None, "unparseable"
-    if not isinstance(name, str) or not isinstance(arguments, dict):
-        return None, "unparseable"
+    name, arguments = called
     if record.size > max_bytes:
         return None, "over size"
-    asked = {"messages": messages, "tools": tools}
-    digest = hashlib.sha256(
-        json.dumps(asked, sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode()
-    ).hexdigest()
+    messages = record.request.get("messages")
+    try:
+        asked = json.dumps(
+            {"messages": messages, "tools": tools},
+            sort_keys=True,
+            separators=(",", ":"),
+            ensure_ascii=False,
+        )
+    except RecursionError:
+        return None, "unparseable"
+    digest = hashlib.sha256(asked.encode("utf-8", "surrogatepass")).hexdigest()
     case = {
         "id": f"live-{digest[:16]}",
         "messages": messages,
@@ -287,10 +328,28 @@ def _case_of(
         },
     }
     try:
-        parse_suite((json.dumps(case) + "\n").encode(), record.where)
-    except BadInput:
+        parse_suite(_line_bytes(case), record.where)
+    except (BadInput, RecursionError):
         return None, "not a valid case"
     return case, ""
+
+
+def _first_call(answer: dict[str, Any] | None) -> tuple[str, dict[str, Any]] | None:
+    """The name and parsed arguments of the answer's first tool call; None when it made none.
+
+    :raises ValueError: (or a lookup error) the answer is no chat completion, or the call's
+        arguments are not a JSON object.
+    """
+    if answer is None:
+        raise ValueError("no answer body")
+    calls = answer["choices"][0]["message"].get("tool_calls")
+    if not calls:
+        return None
+    function = calls[0]["function"]
+    name, arguments = function["name"], json.loads(function["arguments"])
+    if not isinstance(name, str) or not isinstance(arguments, dict):
+        raise ValueError("not a named call with an object of arguments")
+    return name, arguments
 
 
 def _water_fill(available: dict[str, int], budget: int) -> dict[str, int]:
