@@ -151,6 +151,7 @@ def test_redaction_drops_and_hashes_what_it_names_and_nothing_else(tmp_path: Pat
 
 
 def test_a_redaction_rule_on_every_list_item_and_on_the_answer() -> None:
+    """``[*]`` reaches every item, ``[N]`` one, and a path that is not there changes nothing."""
     rule = Redaction.parse("drop:response.choices[*].message.tool_calls")
     redacted = rule.apply(answer())
     assert redacted == {"choices": [{"message": {"role": "assistant"}}]}
@@ -194,6 +195,8 @@ def test_a_bad_redaction_rule_is_refused_naming_it(tmp_path: Path, rule: str, sa
     ],
 )
 def test_a_bad_setting_is_refused(tmp_path: Path, options: dict[str, Any], says: str) -> None:
+    """A share outside 0-1, a cap of nothing or a retention under a day is refused
+    when the capture is made."""
     with pytest.raises(ValueError, match=says):
         Capture(tmp_path, **options)
 
@@ -219,6 +222,7 @@ def test_past_the_days_size_cap_the_day_is_full_and_requests_are_counted(
 
 
 def test_a_restarted_gateway_counts_what_the_day_already_holds(tmp_path: Path) -> None:
+    """The cap counts the bytes already in today's files, not only this process's writes."""
     first = Capture(tmp_path, share=1.0, max_bytes_per_day=5_000, clock=Clock(T0))
     while first.record(body(), answer=answer(), status_code=200, pool="stable"):
         pass
@@ -247,6 +251,7 @@ def test_days_past_retention_are_deleted_when_the_capture_starts(tmp_path: Path)
 
 
 def test_days_past_retention_are_deleted_at_each_new_day(tmp_path: Path) -> None:
+    """With a retention of two days, a day's files go when the fourth day starts."""
     clock = Clock(T0)
     capture = Capture(tmp_path, share=1.0, retention=2, clock=clock)
     capture.record(body(), answer=answer(), status_code=200, pool="stable")
@@ -265,6 +270,7 @@ def test_days_past_retention_are_deleted_at_each_new_day(tmp_path: Path) -> None
 def test_concurrent_requests_are_written_as_whole_lines_joined_by_custom_id(
     tmp_path: Path,
 ) -> None:
+    """Eight threads' requests of many sizes all read back, none torn or interleaved."""
     capture = Capture(tmp_path, share=1.0, clock=Clock(T0))
 
     def serve(worker: int) -> None:
@@ -313,6 +319,7 @@ def test_a_write_that_fails_loses_the_request_never_the_users_answer(tmp_path: P
 
 
 def test_the_files_are_for_the_gateways_group_only(tmp_path: Path) -> None:
+    """Day files are 0640 and the directory 0750, whatever a permissive umask allows."""
     old = os.umask(0o022)
     try:
         capture = Capture(tmp_path / "capture", share=1.0, clock=Clock(T0))

@@ -117,6 +117,8 @@ def test_a_failed_request_reads_as_an_answer_without_a_status(tmp_path: Path) ->
 
 
 def test_missing_keys_are_reported_with_their_field(tmp_path: Path) -> None:
+    """Each line missing what the Batch format requires is one problem naming the key;
+    the rest joins."""
     requests, responses = _batch(
         tmp_path,
         "2026-12-04",
@@ -144,6 +146,7 @@ def test_missing_keys_are_reported_with_their_field(tmp_path: Path) -> None:
 
 
 def test_answers_without_their_requests_file_are_reported(tmp_path: Path) -> None:
+    """An answers file alone says the requests are missing, and each answer that it has none."""
     requests, responses = _batch(tmp_path, "2026-12-04", [], [_output("a")])
     requests.unlink()
     read = read_capture(tmp_path, since=MIDNIGHT, until=MIDNIGHT + timedelta(days=1))
@@ -188,6 +191,7 @@ def test_absurd_lines_and_files_are_refused_clearly_and_the_rest_is_read(
 
 
 def test_a_fifo_in_place_of_a_day_file_is_reported_not_waited_on(tmp_path: Path) -> None:
+    """A FIFO named like a day file would block a read for ever: it is reported instead."""
     _, responses = _batch(tmp_path, "2026-12-04", [_input("a")], [_output("a")])
     responses.unlink()
     os.mkfifo(responses)
@@ -198,6 +202,7 @@ def test_a_fifo_in_place_of_a_day_file_is_reported_not_waited_on(tmp_path: Path)
 def test_past_a_thousand_problems_they_are_counted_not_kept(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    """A file of garbage keeps the first problems and counts the rest."""
     monkeypatch.setattr(reader, "MAX_PROBLEMS", 5)
     requests, _ = _batch(tmp_path, "2026-12-04", [], [])
     requests.write_text("garbage\n" * 12)
@@ -206,6 +211,7 @@ def test_past_a_thousand_problems_they_are_counted_not_kept(
 
 
 def test_a_stretch_of_centuries_lists_the_directory_once(tmp_path: Path) -> None:
+    """The days read are the files listed, not every day of the stretch probed."""
     _batch(tmp_path, "2026-12-04", [_input("a")], [_output("a")])
     (tmp_path / "2026-13-45.requests.jsonl").write_text("not a day\n")
     since, until = MIDNIGHT.replace(year=1), MIDNIGHT.replace(year=9999)

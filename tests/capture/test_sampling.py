@@ -52,6 +52,8 @@ def _capture(directory: Path) -> Capture:
 
 
 def test_stable_tool_calls_become_cases_and_every_drop_has_its_reason(tmp_path: Path) -> None:
+    """A day's capture keeps stable's tool calls as references and counts each drop by
+    its reason."""
     _capture(tmp_path)
     read = read_capture(tmp_path, since=DAY[0], until=DAY[1])
     sample = sample_cases(read.records, cases=20, seed=1)
@@ -149,12 +151,14 @@ def _record(**overrides: Any) -> Captured:
     ],
 )
 def test_each_reason_a_record_is_dropped_is_counted(record: Captured, reason: str) -> None:
+    """Each kind of unusable record is dropped under its own reason."""
     sample = sample_cases([record], cases=5, seed=0)
     assert sample.kept == 0 and sample.dropped == {reason: 1}
     assert reason in REASONS
 
 
 def test_the_assumed_pool_answers_only_for_lines_that_do_not_say() -> None:
+    """``assume_pool`` fills in a missing pool and never overrides the one a line names."""
     records = [_record(pool=None), _record(pool="canary", request=body("other"))]
     sample = sample_cases(records, cases=5, seed=0, assume_pool="stable")
     assert sample.kept == 1 and sample.dropped == {"served by canary": 1}
@@ -193,6 +197,7 @@ def test_rare_tools_keep_every_call_and_the_common_ones_share_the_rest() -> None
     [({"cases": 0}, "cases must be at least 1"), ({"assume_pool": "stabel"}, "assume_pool")],
 )
 def test_a_bad_budget_or_pool_is_refused(options: dict[str, Any], says: str) -> None:
+    """A budget under one case or an unknown pool to assume is a ValueError."""
     with pytest.raises(ValueError, match=says):
         sample_cases([_record()], **({"cases": 5, "seed": 0} | options))
 
@@ -276,6 +281,7 @@ def test_a_hand_written_batch_capture_gives_the_same_sample(tmp_path: Path) -> N
 def test_the_suite_is_written_whole_for_the_group_and_nothing_when_it_fails(
     tmp_path: Path,
 ) -> None:
+    """The suite appears whole (0640, no temporary left) or not at all."""
     sample = sample_cases([_record(), _record(request=body("x"))], cases=5, seed=0)
     out = tmp_path / "suites" / "live.jsonl"
     old = os.umask(0o022)

@@ -28,6 +28,8 @@ def _serve(directory: Path, url: str) -> Capture:
 def test_agent_traffic_is_captured_the_same_for_a_seed_and_samples_to_a_suite(
     tmp_path: Path,
 ) -> None:
+    """Two runs of the same sessions from eight threads capture the same requests, read
+    back whole, and sample to a suite."""
     replica = Replica("sim-exact", pool="stable", profile="exact", seed=1, time_scale=1e-5)
     replica.start()
     try:

@@ -35,6 +35,8 @@ def _captured(directory: Path, count: int = 12, *, at: datetime = T0, pool: str 
 def test_it_prints_what_it_kept_and_dropped_and_never_the_content(
     ctl: Ctl, tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
+    """Text and JSON say kept per tool, dropped by reason and the cut line by file:line,
+    and never a prompt."""
     caplog.set_level(logging.DEBUG)
     capture = _captured(tmp_path / "capture")
     responses = day_files(capture)[1]
@@ -72,6 +74,7 @@ def test_it_prints_what_it_kept_and_dropped_and_never_the_content(
 
 
 def test_without_a_day_it_samples_yesterday(ctl: Ctl, tmp_path: Path) -> None:
+    """With no stretch given, the command samples yesterday (UTC)."""
     yesterday = datetime.now(UTC) - timedelta(days=1)
     capture = _captured(tmp_path / "capture", 3, at=yesterday)
     report = ctl.json("suite", "sample", str(capture), "--out", str(tmp_path / "live.jsonl"))
@@ -79,6 +82,7 @@ def test_without_a_day_it_samples_yesterday(ctl: Ctl, tmp_path: Path) -> None:
 
 
 def test_since_and_until_pick_a_stretch(ctl: Ctl, tmp_path: Path) -> None:
+    """--since/--until keep the records timed inside and drop those outside."""
     capture = _captured(tmp_path / "capture", 4)
     common = ["suite", "sample", str(capture), "--out", str(tmp_path / "live.jsonl")]
     inside = ctl.json(*common, "--since", "2026-12-04T09:00:00Z", "--until", "2026-12-04T11:00")
@@ -88,6 +92,7 @@ def test_since_and_until_pick_a_stretch(ctl: Ctl, tmp_path: Path) -> None:
 
 
 def test_the_help_says_what_it_does_with_examples(ctl: Ctl) -> None:
+    """--help shows the options and examples."""
     code, text, _ = ctl("suite", "sample", "--help")
     assert code == 0 and "Examples:" in text and "--assume-pool" in text and "--day" in text
 
@@ -134,6 +139,7 @@ def test_bad_input_exits_2_with_a_clear_message_and_writes_nothing(
 def test_a_missing_capture_directory_or_an_unwritable_suite_exits_2(
     ctl: Ctl, tmp_path: Path
 ) -> None:
+    """A missing capture, an --out that cannot be written or is a directory exits 2 naming it."""
     out = tmp_path / "live.jsonl"
     code, _, err = ctl("suite", "sample", str(tmp_path / "missing"), "--out", str(out))
     assert code == 2 and f"{tmp_path / 'missing'}: no such capture directory" in err
