@@ -136,7 +136,7 @@ def _draw(
         )
     except BadInput as exc:
         return _Drawn(None, {}, f"live sample: {exc}")
-    problems = len(read.problems)
+    problems = read.problem_count
     report = _report(sample, read, problems)
     if sample.kept < sampled.min_cases:
         return _Drawn(None, report, _too_few(capture, sampled, sample, problems))
