@@ -22,12 +22,12 @@ import yaml
 
 from rolloutd.core.actions import (
     Action,
+    Alert,
     Command,
     CommandKind,
     Deploy,
     GateResult,
     Observed,
-    SetWeight,
     Verdict,
     Verify,
 )
@@ -268,6 +268,24 @@ def command(kind: CommandKind, *, full: bool = False, actor: str = "alice") -> C
     return Command(next(_command_ids), kind, actor, reason=f"test {kind}", full=full)
 
 
+@dataclass(frozen=True)
+class SetWeight:
+    """The attempt a tick makes toward a new desired fact, as the shell makes it."""
+
+    key: str
+    weight: int
+    mirror: bool = False
+    generation: int = 1
+
+
+def attempted(before: Progress, decision: Decision) -> list[SetWeight]:
+    """The weight a decision has the shell attempt: its desired fact, when it is new."""
+    desired = decision.progress.desired
+    if desired is None or desired == before.desired:
+        return []
+    return [SetWeight(desired.key, desired.weight, desired.mirror, desired.generation)]
+
+
 # --- the world around the machine -----------------------------------------------------------
 
 
@@ -289,7 +307,9 @@ class World:
     router_weight: int = 0
     done: set[str] = field(default_factory=set)
     in_flight: list[tuple[int, int]] = field(default_factory=list)  # (ticks left, weight)
-    actions: list[Action] = field(default_factory=list)
+    actions: list[Action | SetWeight] = field(default_factory=list)
+    last: list[Action | SetWeight] = field(default_factory=list)
+    """What the last tick performed: its attempt toward a new desired fact, then its actions."""
     decisions: list[Decision] = field(default_factory=list)
 
     @property
@@ -326,12 +346,13 @@ class World:
             now=self.now,
             preflight_error=preflight_error,
         )
-        self.progress = decision.progress
+        before, self.progress = self.progress, decision.progress
         self.decisions.append(decision)
-        self.perform(decision.actions)
+        self.last = [*attempted(before, decision), *decision.actions]
+        self.perform(self.last)
         return decision
 
-    def perform(self, actions: Iterable[Action]) -> None:
+    def perform(self, actions: Iterable[Action | SetWeight]) -> None:
         """Send set-weight actions to the router and perform redeploys and verifications;
         alerts need nothing from the fake."""
         for action in actions:
@@ -379,11 +400,11 @@ class World:
         raise AssertionError(f"step {index} was not reached: {self.state} at {p.step_index}")
 
 
-def weights_set(actions: Iterable[Action]) -> list[tuple[str, int]]:
+def weights_set(actions: Iterable[Action | SetWeight]) -> list[tuple[str, int]]:
     """The (key, weight) of every set-weight action, in order."""
     return [(a.key, a.weight) for a in actions if isinstance(a, SetWeight)]
 
 
-def alert_topics(actions: Iterable[Action]) -> list[str]:
+def alert_topics(actions: Iterable[Action | SetWeight]) -> list[str]:
     """The topic of every alert action, in order."""
-    return [a.topic for a in actions if not isinstance(a, SetWeight)]
+    return [a.topic for a in actions if isinstance(a, Alert)]

@@ -64,21 +64,6 @@ class Observed:
 
 
 @dataclass(frozen=True)
-class SetWeight:
-    """Send ``weight`` percent of new sessions to the canary (absolute, so idempotent)."""
-
-    key: str
-    weight: int
-    mirror: bool = False
-    generation: int = 1
-    kind: Literal["set_weight"] = "set_weight"
-
-    def payload(self) -> dict[str, Any]:
-        """The action's arguments as stored in the journal."""
-        return {"weight": self.weight, "mirror": self.mirror, "generation": self.generation}
-
-
-@dataclass(frozen=True)
 class Alert:
     """Tell people: ``topic`` names what happened (rollback_started, awaiting_promotion, ...)."""
 
@@ -121,7 +106,9 @@ class Verify(_OnReplica):
     kind: Literal["verify"] = "verify"
 
 
-Action = SetWeight | Alert | Deploy | Verify
+Action = Alert | Deploy | Verify
+"""What a decision asks the shell to do besides serving its desired fact (which is a fact,
+not an action: the shell converges the router to it)."""
 
 
 @dataclass(frozen=True)

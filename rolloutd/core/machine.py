@@ -30,7 +30,7 @@ The rules, in the order they apply on a tick:
    bake time; no traffic is never a pass.
 
 What the router must serve is a fact (:class:`~rolloutd.core.progress.Desired`), changed only
-here and stored with the decision; the ``SetWeight`` actions are attempts toward it.
+here and stored with the decision; the shell brings the router to it (read, set, read back).
 """
 
 from __future__ import annotations
@@ -49,7 +49,6 @@ from rolloutd.core.actions import (
     Event,
     GateResult,
     Observed,
-    SetWeight,
     Severity,
     Verdict,
     Verify,
@@ -515,16 +514,14 @@ class _Tick:
             self.alert("awaiting_promotion", "info", f"Waiting for promotion at {weight}% canary")
 
     def want(self, weight: int, mirror: bool) -> None:
-        """Make (weight, mirror) the desired fact, one generation on, and attempt it.
+        """Make (weight, mirror) the desired fact, one generation on.
 
-        A step entered and left in one tick (promote, then promote --full) leaves no
-        attempt behind: only the fact the tick ends with is attempted.
+        A step entered and left in one tick (promote, then promote --full) leaves only the
+        fact the tick ends with: the shell converges the router to that one.
         """
         current = self.p.desired
         desired = Desired(weight, mirror) if current is None else current.changed_to(weight, mirror)
         self.p = replace(self.p, desired=desired)
-        self.actions = [a for a in self.actions if not isinstance(a, SetWeight)]
-        self.actions.append(SetWeight(desired.key, weight, mirror, desired.generation))
 
     def step_title(self) -> str:
         return self.plan.steps[self.p.step_index].title()

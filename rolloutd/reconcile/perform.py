@@ -1,7 +1,8 @@
-"""Performing actions: the one place where an attempt meets the world, and its outcome.
+"""Performing actions: the one boundary where an attempt's outcome is recorded.
 
-Every attempt (a weight change, an alert, a redeploy, a verification) goes through
-:meth:`Performer.attempt`, and every failure becomes an outcome here, by its class (kopf's
+Every attempt (a weight change on :mod:`~rolloutd.reconcile.converge`'s road, an alert, a
+redeploy, a verification) goes through :meth:`Performer.run`, and every failure becomes an
+outcome here, by its class (kopf's
 rule): a :class:`~rolloutd.errors.TemporaryError` backs off (its ``delay``, or 2 s doubling
 to 5 min) and alerts ``action_stuck`` on the third failure in a row; a
 :class:`~rolloutd.errors.PermanentError` (``nginx -t`` refuses, HAProxy has no such server)
@@ -13,24 +14,25 @@ and a fault that lasts costs at most a dozen events an hour.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import structlog
-from sqlalchemy.orm import Session
 
-from rolloutd import failpoints, retry
+from rolloutd import retry
 from rolloutd.alerts.enqueue import enqueue_rollout_alert
 from rolloutd.core.plan import Plan
 from rolloutd.drivers import Drivers
 from rolloutd.errors import NotFound, PermanentError, RolloutdError, TemporaryError
 from rolloutd.reconcile.shell import NotLeading, Shell
-from rolloutd.routers import deadline
-from rolloutd.routers.base import Router
 from rolloutd.store import queries
 from rolloutd.store.lease import Held
 from rolloutd.store.models import Action
+
+if TYPE_CHECKING:
+    from rolloutd.store.types import Session
 
 log = structlog.get_logger("rolloutd.reconcile")
 
@@ -75,10 +77,24 @@ class Performer:
         self.shell = shell
         self.drivers = drivers
 
-    def attempt(
-        self, rollout_id: int, plan: Plan, router: Router | None, action: Attempt, bound: Any
-    ) -> bool:
-        """Perform ``action`` unless it is backing off; record the outcome.
+    def attempt(self, rollout_id: int, plan: Plan, action: Attempt, bound: Any) -> bool:
+        """Perform an alert, a redeploy or a verification unless it is backing off; record
+        the outcome (weights take :mod:`~rolloutd.reconcile.converge`'s road).
+
+        :returns: whether it was performed and marked done.
+        :raises NotLeading: when the lease is not ours; nothing was performed.
+        """
+        if action.kind in ("deploy", "verify"):
+            return self.run(
+                rollout_id, action, lambda: self._deploy(rollout_id, plan, action), bound
+            )
+        if action.kind == "alert":
+            return self.run(rollout_id, action, lambda: None, bound)
+        return self.run(rollout_id, action, _unknown(action), bound)
+
+    def run(self, rollout_id: int, action: Attempt, effect: Callable[[], None], bound: Any) -> bool:
+        """The outcome boundary: run ``effect`` for ``action`` unless it is backing off, and
+        record what came of it on the action's row.
 
         :returns: whether it was performed and marked done.
         :raises NotLeading: when the lease is not ours; nothing was performed.
@@ -86,13 +102,8 @@ class Performer:
         if action.waiting(self.shell.wall()):
             return False
         held = self.shell.held()
-        # Events are stamped when their fact was observed (a deploy may take minutes), never
-        # with the time the tick began.
         try:
-            if action.kind in ("deploy", "verify"):
-                self._deploy(rollout_id, plan, action, held)
-            else:
-                self._perform(router, action)
+            effect()
         except NotLeading:
             raise
         except TemporaryError as exc:
@@ -110,27 +121,7 @@ class Performer:
             queries.finish_action(session, action.id, status="done", now=self.shell.clock())
         return True
 
-    def _perform(self, router: Router | None, action: Attempt) -> None:
-        if action.kind == "set_weight":
-            if router is None:
-                raise PermanentError("no router to set the weight on")
-            weight, mirror = int(action.payload["weight"]), bool(action.payload["mirror"])
-            # The deadline starts before the lease is checked, so the write lands (or is
-            # abandoned) while the lease is still ours, with the margin to spare.
-            timeout = deadline.write_timeout(router)
-            with deadline.within(timeout):
-                self.shell.held(outlive=timeout)
-                failpoints.hit("before_router_write")
-                router.set_weight(weight, mirror=mirror)
-            state = router.read_weight()
-            if state.weight != weight:
-                raise TemporaryError(f"router reads {state.weight}% after setting {weight}%")
-        elif action.kind == "alert":
-            pass  # an alert is written to the outbox in the transaction that marks it done
-        else:
-            raise PermanentError(f"unknown action kind {action.kind!r}")
-
-    def _deploy(self, rollout_id: int, plan: Plan, action: Attempt, held: Held) -> None:
+    def _deploy(self, rollout_id: int, plan: Plan, action: Attempt) -> None:
         """Redeploy a pinned set on a replica, or verify that it runs there (health and
         digests), recording what happened; a failure raises and is retried with backoff."""
         from rolloutd.deploy.catalog import get_set
@@ -146,6 +137,9 @@ class Performer:
             except NotFound as exc:
                 raise TemporaryError(str(exc)) from None
         executor = self.drivers.executor(rollout_id, plan)
+        held = self.shell.held()
+        # Events are stamped when their fact was observed (a deploy may take minutes), never
+        # with the time the tick began.
         if action.kind == "deploy":
             result = executor.deploy(replicas[name], pinned)
             now = self.shell.clock()
@@ -261,6 +255,13 @@ class Performer:
                     ],
                     now=now,
                 )
+
+
+def _unknown(action: Attempt) -> Callable[[], None]:
+    def refuse() -> None:
+        raise PermanentError(f"unknown action kind {action.kind!r}")
+
+    return refuse
 
 
 def _seconds(wait: timedelta) -> str:

@@ -10,9 +10,7 @@ import functools
 from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
 from datetime import datetime
-from typing import Any
-
-from sqlalchemy.orm import Session
+from typing import TYPE_CHECKING, Any
 
 from rolloutd.analysis.base import Evaluation
 from rolloutd.core.actions import Command, GateResult, Verdict
@@ -20,7 +18,10 @@ from rolloutd.core.plan import Plan
 from rolloutd.core.progress import Progress
 from rolloutd.store import queries
 from rolloutd.store.evaluations import GateRole
-from rolloutd.store.models import Rollout
+
+if TYPE_CHECKING:
+    from rolloutd.reconcile.facts import Facts
+    from rolloutd.store.types import Session
 
 
 def command_of(row: Any) -> Command:
@@ -34,11 +35,10 @@ def command_of(row: Any) -> Command:
     )
 
 
-def record_evaluations(
-    session: Session, rollout_id: int, plan: Plan, step_index: int, evaluations: list[Evaluation]
-) -> None:
-    """Store the tick's evaluations with their evidence, in one statement, each under the
-    roles it served at step ``step_index`` (:func:`stored_role`)."""
+def evaluation_rows(facts: Facts, evaluations: list[Evaluation]) -> list[Any]:
+    """The rows of a tick's evaluations with their evidence, each under the roles it served
+    at the rollout's step (:func:`stored_role`)."""
+    rollout_id, plan, step_index = facts.rollout.id, facts.plan, facts.progress.step_index
     rows: list[Any] = []
     for evaluation in evaluations:
         columns = {f.name: getattr(evaluation, f.name) for f in fields(Evaluation)}
@@ -48,7 +48,7 @@ def record_evaluations(
             role=stored_role(plan, step_index, evaluation),
         )
         rows.append({"rollout_id": rollout_id, "step_index": step_index, **columns})
-    queries.record_evaluations(session, rows)
+    return rows
 
 
 def stored_role(plan: Plan, step_index: int, evaluation: Evaluation) -> GateRole:
@@ -108,50 +108,40 @@ def _result(row: Any) -> GateResult:
 _COPIED = ("evaluated_at", "value", "threshold", "samples")
 
 
-def record_steps(
-    session: Session,
-    rollout: Rollout,
-    plan: Plan,
-    before: Progress,
-    after: Progress,
-    now: datetime,
-    *,
-    known: Mapping[int, Any] | None = None,
-) -> None:
+def record_steps(session: Session, facts: Facts, after: Progress, now: datetime) -> bool:
     """Keep the per-step table in step with the progress facts, for reports and history.
 
-    ``known``: the step rows as the tick read them; a row that already holds every time
-    given is not written again (a time once set is never moved).
+    A row that already holds every time given (as the tick read it) is not written again (a
+    time once set is never moved).
+
+    :returns: whether a row was written.
     """
+    before = facts.progress
     if after.started_at is None:
-        return
-    row = functools.partial(_step_row, session, rollout, plan, known=known)
+        return False
+    row = functools.partial(_step_row, session, facts)
+    wrote = False
     if after.step_index != before.step_index or after.ended == "completed":
-        row(before.step_index, completed_at=now)
-    row(after.step_index, entered_at=after.step_entered_at, verified_at=after.step_verified_at)
+        wrote = row(before.step_index, completed_at=now)
+    entered, verified = after.step_entered_at, after.step_verified_at
+    return row(after.step_index, entered_at=entered, verified_at=verified) or wrote
 
 
-def _step_row(
-    session: Session,
-    rollout: Rollout,
-    plan: Plan,
-    index: int,
-    *,
-    known: Mapping[int, Any] | None,
-    **times: datetime | None,
-) -> None:
-    row = None if known is None else known.get(index)
-    if row is not None and all(
-        getattr(row, name) is not None for name, value in times.items() if value is not None
+def _step_row(session: Session, facts: Facts, index: int, **times: datetime | None) -> bool:
+    known = facts.steps.get(index)
+    if known is not None and all(
+        getattr(known, name) is not None for name, value in times.items() if value is not None
     ):
-        return
+        return False
+    plan = facts.plan
     step = plan.steps[index]
     queries.upsert_step(
         session,
-        rollout_id=rollout.id,
+        rollout_id=facts.rollout.id,
         step_index=index,
         name=step.title(),
         kind=step.kind,
         weight=plan.step_weight(index),
         **times,
     )
+    return True

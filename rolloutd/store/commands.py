@@ -7,6 +7,7 @@ commits, so the leader wakes at once. On SQLite the leader finds the command at 
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from datetime import datetime
 from typing import Any, Final, Literal, TypedDict, Unpack
 
@@ -56,6 +57,22 @@ def pending_commands(session: Session, rollout_id: int) -> list[Command]:
             .order_by(Command.created_at, Command.id)
         )
     )
+
+
+def pending_commands_of(session: Session, rollout_ids: Sequence[int]) -> dict[int, list[Command]]:
+    """The commands not yet handled of each of ``rollout_ids`` (absent: none), oldest first,
+    in one statement."""
+    found: dict[int, list[Command]] = {}
+    if not rollout_ids:
+        return found
+    rows = session.scalars(
+        select(Command)
+        .where(Command.rollout_id.in_(rollout_ids), Command.status == "pending")
+        .order_by(Command.created_at, Command.id)
+    )
+    for row in rows:
+        found.setdefault(row.rollout_id, []).append(row)
+    return found
 
 
 def finish_command(

@@ -32,6 +32,7 @@ from rolloutd.store.commands import (
     add_command,
     finish_command,
     pending_commands,
+    pending_commands_of,
 )
 from rolloutd.store.errors import StaleWrite
 from rolloutd.store.evaluations import (
@@ -82,6 +83,7 @@ __all__ = [
     "open_actions",
     "pending_actions",
     "pending_commands",
+    "pending_commands_of",
     "recent_values",
     "record_evaluation",
     "record_evaluations",

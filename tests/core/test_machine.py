@@ -21,7 +21,6 @@ from rolloutd.core.actions import (
     Event,
     GateResult,
     Observed,
-    SetWeight,
     Verdict,
     Verify,
 )
@@ -40,8 +39,10 @@ from tests.plans import (
     PLENTY,
     REPO,
     T0,
+    SetWeight,
     World,
     alert_topics,
+    attempted,
     command,
     example_plan,
     plan_of,
@@ -102,14 +103,14 @@ def test_first_tick_starts_the_rollout_and_mirrors_traffic_for_shadow() -> None:
     assert decision.state is State.RUNNING
     assert decision.progress.started_at == T0
     assert (decision.progress.step_index, decision.progress.step_entered_at) == (0, T0)
-    set_weights = [a for a in decision.actions if isinstance(a, SetWeight)]
+    set_weights = attempted(Progress(), decision)
     assert set_weights == [SetWeight("weight@gen1=0+mirror", 0, mirror=True)]
 
 
 def test_a_shadow_step_without_mirroring_asks_for_plain_weight_zero() -> None:
     """The example plan's shadow step (HAProxy, mirror: false) sets weight 0 without a mirror."""
     decision = World(example_plan()).tick()
-    set_weights = [a for a in decision.actions if isinstance(a, SetWeight)]
+    set_weights = attempted(Progress(), decision)
     assert set_weights == [SetWeight("weight@gen1=0", 0, mirror=False)]
 
 
@@ -118,7 +119,7 @@ def test_abort_of_a_pending_rollout_ends_aborted_without_moving_traffic() -> Non
     world = World(example_plan())
     decision = world.tick(commands=[command("abort")])
     assert decision.state is State.ABORTED
-    assert weights_set(decision.actions) == []
+    assert weights_set(world.last) == []
     assert [o.applied for o in decision.outcomes] == [True]
     assert decision.progress.rollback is None
 
@@ -128,7 +129,7 @@ def test_preflight_error_on_a_pending_rollout_ends_failed() -> None:
     world = World(example_plan())
     decision = world.tick(preflight_error="canary replica gpu-d is unreachable")
     assert decision.state is State.FAILED
-    assert weights_set(decision.actions) == []
+    assert weights_set(world.last) == []
     (alert,) = [a for a in decision.actions if isinstance(a, Alert)]
     assert alert.severity == "critical"
     assert "gpu-d is unreachable" in alert.text
@@ -207,7 +208,7 @@ def test_a_step_completes_when_its_bake_elapsed_and_every_gate_passed() -> None:
     world.wait(timedelta(hours=48))
     decision = world.tick(step_gates(world, Verdict.PASS))
     assert decision.progress.step_index == 2
-    assert weights_set(decision.actions) == [("weight@gen3=25", 25)]
+    assert weights_set(world.last) == [("weight@gen3=25", 25)]
 
 
 def test_a_step_does_not_complete_before_its_bake_elapsed() -> None:
@@ -216,7 +217,7 @@ def test_a_step_does_not_complete_before_its_bake_elapsed() -> None:
     world.wait(timedelta(hours=48) - timedelta(seconds=1))
     decision = world.tick(step_gates(world, Verdict.PASS))
     assert decision.progress.step_index == 1
-    assert weights_set(decision.actions) == []
+    assert weights_set(world.last) == []
 
 
 @pytest.mark.parametrize("holding", [Verdict.FAIL, Verdict.INCONCLUSIVE, Verdict.PENDING, None])
@@ -257,7 +258,7 @@ def test_a_failing_step_gate_holds_without_rolling_back() -> None:
     decision = world.tick(step_gates(world, Verdict.PASS, queue_timeouts=Verdict.FAIL))
     assert decision.state is State.RUNNING
     assert decision.progress.rollback is None
-    assert weights_set(decision.actions) == []
+    assert weights_set(world.last) == []
 
 
 def test_a_breach_on_a_step_gate_starts_the_rollback() -> None:
@@ -266,7 +267,7 @@ def test_a_breach_on_a_step_gate_starts_the_rollback() -> None:
     world.wait(HOUR)
     decision = world.tick(step_gates(world, Verdict.PASS, queue_timeouts=Verdict.BREACH))
     assert decision.state is State.ROLLING_BACK
-    assert weights_set(decision.actions) == [(_desired_key(decision), 0)]
+    assert weights_set(world.last) == [(_desired_key(decision), 0)]
     assert decision.progress.rollback is not None
     assert decision.progress.rollback.gate == "queue_timeouts"
     assert "rollback_started" in alert_topics(decision.actions)
@@ -282,7 +283,7 @@ def test_a_failing_rollback_trigger_rolls_back_at_every_step(step: int, verdict:
     assert decision.state is State.ROLLING_BACK
     assert decision.progress.rollback is not None
     assert decision.progress.rollback.gate == "canary_oom"
-    assert weights_set(decision.actions) == [(_desired_key(decision), 0)]
+    assert weights_set(world.last) == [(_desired_key(decision), 0)]
 
 
 def test_a_failing_rollback_trigger_rolls_back_while_operator_paused() -> None:
@@ -337,9 +338,10 @@ def test_the_trigger_blamed_for_a_rollback_does_not_depend_on_the_hash_seed() ->
 def test_abort_starts_the_rollback_with_weight_zero() -> None:
     """Abort sets weight 0 under the rollback key and reports ``rolling_back``."""
     world = at_first_canary()
+    before = world.progress
     decision = world.tick(commands=[command("abort")])
     assert decision.state is State.ROLLING_BACK
-    assert [a for a in decision.actions if isinstance(a, SetWeight)] == [
+    assert attempted(before, decision) == [
         SetWeight(_desired_key(decision), 0, False, decision.progress.desired.generation)
     ]
     assert [o.applied for o in decision.outcomes] == [True]
@@ -461,7 +463,7 @@ def test_commands_are_rejected_while_rolling_back(kind: CommandKind) -> None:
     decision = world.tick(commands=[command(kind)])
     (outcome,) = decision.outcomes
     assert (outcome.applied, outcome.detail) == (False, "the rollout is rolling back")
-    assert weights_set(decision.actions) == []
+    assert weights_set(world.last) == []
 
 
 # --- promote --------------------------------------------------------------------------------
@@ -475,7 +477,7 @@ def test_reaching_a_pause_step_awaits_promotion_with_an_alert() -> None:
     assert decision.progress.step_index == 3
     assert decision.state is State.AWAITING_PROMOTION
     assert "awaiting_promotion" in alert_topics(decision.actions)
-    assert weights_set(decision.actions) == [("weight@gen4=25", 25)]
+    assert weights_set(world.last) == [("weight@gen4=25", 25)]
 
 
 def test_an_awaiting_promotion_step_waits_indefinitely_without_promote() -> None:
@@ -491,7 +493,7 @@ def test_promote_ends_an_awaiting_promotion_step() -> None:
     decision = world.tick(commands=[command("promote")])
     assert [o.applied for o in decision.outcomes] == [True]
     assert decision.progress.step_index == 4
-    assert weights_set(decision.actions) == [("weight@gen5=100", 100)]
+    assert weights_set(world.last) == [("weight@gen5=100", 100)]
 
 
 def test_a_timed_pause_ends_by_itself_after_its_duration() -> None:
@@ -521,7 +523,7 @@ def test_promote_full_jumps_to_the_full_step() -> None:
     decision = world.tick(commands=[command("promote", full=True)])
     assert decision.progress.step_index == 4
     # Step 1 was the second generation; the jump is the third, not one per skipped step.
-    assert weights_set(decision.actions) == [("weight@gen3=100", 100)]
+    assert weights_set(world.last) == [("weight@gen3=100", 100)]
 
 
 def test_promote_full_at_the_full_step_is_rejected() -> None:
@@ -670,7 +672,7 @@ def test_too_many_inconclusive_with_on_inconclusive_rollback_rolls_back() -> Non
     world = World(small_plan(max_inconclusive=3, on_inconclusive="rollback")).reach(0)
     inconclusive_ticks(world, 4)
     assert world.state is State.ROLLING_BACK
-    assert weights_set(world.decisions[-1].actions) == [(_desired_key(world.decisions[-1]), 0)]
+    assert weights_set(world.last) == [(_desired_key(world.decisions[-1]), 0)]
 
 
 def test_an_inconclusive_pause_lifts_by_itself_when_data_returns() -> None:

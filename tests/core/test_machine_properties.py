@@ -19,13 +19,15 @@ from datetime import datetime, timedelta
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from rolloutd.core.actions import Command, CommandKind, GateResult, SetWeight, Verdict
+from rolloutd.core.actions import Command, CommandKind, GateResult, Verdict
 from rolloutd.core.machine import Decision, state_of
 from rolloutd.core.plan import Plan
 from rolloutd.core.progress import Progress, State
 from tests.plans import (
     PLENTY,
+    SetWeight,
     World,
+    attempted,
     command,
     every_gate,
     example_plan,
@@ -194,9 +196,9 @@ def make_faithful(world: World) -> None:
     world.in_flight = [(0, weight) for _, weight in world.in_flight]
 
 
-def set_weights(decision: Decision) -> list[SetWeight]:
-    """The set-weight actions of ``decision``."""
-    return [a for a in decision.actions if isinstance(a, SetWeight)]
+def set_weights(played: Played) -> list[SetWeight]:
+    """The weight the played tick has the shell attempt (its new desired fact)."""
+    return attempted(played.before, played.decision)
 
 
 @RUNS
@@ -209,7 +211,7 @@ def test_no_set_weight_exceeds_the_current_step_weight_and_rollbacks_set_zero(ru
         before_generation = played.before.desired.generation if played.before.desired else 0
         if after.desired is not None:
             assert after.desired.generation >= before_generation
-        attempts = set_weights(played.decision)
+        attempts = set_weights(played)
         assert len(attempts) <= 1
         for action in attempts:
             assert after.desired is not None
@@ -238,7 +240,7 @@ def test_once_a_rollback_starts_only_weight_zero_is_set_until_rolled_back(run: R
         if played.decision.progress.ended == "rolled_back" and played.before.ended is None:
             assert world.router_weight == 0  # what the router read at this tick
         if started_at_tick is not None:
-            assert all(a.weight == 0 for a in set_weights(played.decision))
+            assert all(a.weight == 0 for a in set_weights(played))
             if run.lag == 0 and number - started_at_tick >= rollback_ticks(run.plan):
                 assert played.decision.state is State.ROLLED_BACK
         elif played.decision.progress.rollback is not None:

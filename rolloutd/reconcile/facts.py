@@ -1,0 +1,111 @@
+"""What a tick knows of a rollout, and what the leader keeps of it between ticks.
+
+Only the leader writes a rollout's progress, steps, evaluations and attempts, so while it
+leads under one lease epoch it keeps them in memory (:class:`Known`) and re-reads only what
+others write: commands, in the batch's own transaction. A rollout whose tick wrote anything
+besides its evaluations is read afresh on its next tick, and so is every rollout after the
+epoch changed (another leader may have written in between).
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from rolloutd.analysis.base import Pool
+from rolloutd.core.plan import Plan, SuiteGate
+from rolloutd.core.progress import Progress
+from rolloutd.evaluation.source import SuiteCounts
+from rolloutd.operations import plan_of
+from rolloutd.reconcile import records
+from rolloutd.reconcile.perform import Attempt
+from rolloutd.reconcile.suites import suite_counts
+from rolloutd.store import queries
+from rolloutd.store.models import Rollout
+
+if TYPE_CHECKING:
+    from rolloutd.store.types import Session
+
+
+@dataclass
+class Facts:
+    """What one tick reads of a rollout."""
+
+    rollout: Rollout
+    plan: Plan
+    progress: Progress
+    owed: list[Attempt]
+    """The rollout's open attempts."""
+    done: frozenset[str]
+    """The keys of its performed attempts."""
+    succeeded: bool
+    """It ended and a newer rollout of its service and environment exists."""
+    steps: dict[int, Any]
+    """Its step rows by index (none once it ended)."""
+    newest: records.Newest
+    suite_counts: dict[Pool, SuiteCounts] = field(default_factory=dict)
+    """The newest suite run's schema counts of each pool in the step (for the schema gates)."""
+    dirty: bool = False
+    """This tick wrote more than its evaluations: read the rollout afresh next time."""
+
+    @functools.cached_property
+    def has_suite(self) -> bool:
+        """Its plan has a suite gate, whose runs other jobs write."""
+        return any(isinstance(gate, SuiteGate) for gate in self.plan.gates.values())
+
+
+def read(session: Session, rollout_id: int) -> Facts:
+    """Everything a tick needs of ``rollout_id``, read in ``session``."""
+    rollout = queries.get_rollout(session, rollout_id)
+    plan = plan_of(rollout)
+    progress = Progress.from_storage(rollout.progress)
+    ended = progress.ended is not None
+    judging = not ended and progress.started_at is not None and progress.rollback is None
+    return Facts(
+        rollout=rollout,
+        plan=plan,
+        progress=progress,
+        owed=[Attempt.of(a) for a in queries.open_actions(session, rollout_id)],
+        done=queries.done_action_keys(session, rollout_id),
+        succeeded=ended and queries.has_successor(session, rollout),
+        steps={} if ended else {r.step_index: r for r in queries.list_steps(session, rollout_id)},
+        newest=records.newest_stored(session, rollout_id, plan, progress)
+        if judging
+        else records.Newest(),
+        suite_counts=suite_counts(session, rollout_id, plan, progress) if judging else {},
+    )
+
+
+class Known:
+    """The facts the leader keeps between ticks, for one lease epoch."""
+
+    def __init__(self) -> None:
+        self.epoch: int | None = None
+        self.facts: dict[int, Facts] = {}
+
+    def under(self, epoch: int) -> None:
+        """Forget everything known under another epoch."""
+        if epoch != self.epoch:
+            self.facts.clear()
+            self.epoch = epoch
+
+    def missing(self, ids: Iterable[int]) -> list[int]:
+        """The rollouts to read afresh: unknown ones, and those whose suite counts other jobs
+        write."""
+        return [i for i in ids if i not in self.facts or self.facts[i].has_suite]
+
+    def keep(self, facts: Facts) -> None:
+        """Keep ``facts`` for the next tick, unless the tick wrote more than evaluations."""
+        if facts.dirty:
+            self.facts.pop(facts.rollout.id, None)
+        else:
+            self.facts[facts.rollout.id] = facts
+
+    def forget(self, rollout_id: int | None = None) -> None:
+        """Forget one rollout, or all."""
+        if rollout_id is None:
+            self.facts.clear()
+        else:
+            self.facts.pop(rollout_id, None)
