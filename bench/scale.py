@@ -12,10 +12,18 @@ canary weight is verified (or after a warm-up of at most ``--warmup`` minutes), 
 ``--minutes`` is measured:
 
 - the leader's CPU time over the window, as a share of one core (``/proc``), and its peak RSS;
-- tick duration p50/p99 and the lag from a tick's due time to its start p99, from the
-  leader's own ``/metrics`` histograms (interpolated within buckets, as PromQL's
-  ``histogram_quantile`` does), and ticks missed because the leader ran behind;
-- rows written per hour (inserted, updated and deleted rows, from ``pg_stat_user_tables``).
+- batch duration p50/p99 (a tick is a batch of up to 100 rollouts, one transaction) and the
+  lag from each rollout's due time to the start of its batch p99, from the leader's own
+  ``/metrics`` histograms (interpolated within buckets, as PromQL's ``histogram_quantile``
+  does), and due times skipped because a rollout's previous batch still ran;
+- round trips to the database per rollout-tick (statements, BEGINs, COMMITs and pre-pings,
+  counted by the leader: ``rolloutd_store_round_trips_total``);
+- the gaps between consecutive stored evaluations of each step gate (30 s is on time) and the
+  share of them over 31 s;
+- rows written per hour (inserted, updated and deleted rows, from ``pg_stat_user_tables``);
+- after the window, the time from an OOM on the first rollout's canary (a rollback trigger,
+  in its own metrics file) to its router file reading 0% canary: compare the smallest N with
+  the largest.
 
 Then, on the same database, the cold start of ``rolloutctl status ID`` and of
 ``rolloutctl list`` (median of 5 runs each), against ``python -c 'import sqlalchemy'``
@@ -79,14 +87,9 @@ def progress(message: str) -> None:
 def start_rollouts(url: str, workdir: Path, count: int) -> list[int]:
     """Start ``count`` rollouts of their own services, as ``rolloutctl start`` does."""
     metrics = workdir / "metrics.json"
-    metrics.write_text(
-        json.dumps(
-            {
-                s: {p: {"value": v, "samples": 5000} for p in ("canary", "stable")}
-                for s, v in SIGNALS.items()
-            }
-        )
-    )
+    write_signals(metrics, SIGNALS)
+    # The first rollout reads its own copy: the breach at the end is its alone.
+    write_signals(workdir / "metrics-first.json", SIGNALS)
     engine = make_engine(url)
     sessions = session_factory(engine)
     ids = []
@@ -104,7 +107,10 @@ def start_rollouts(url: str, workdir: Path, count: int) -> list[int]:
                         "canary": {"replicas": [{"name": "c0", "url": "http://127.0.0.1:9"}]},
                     },
                     "router": {"driver": "file", "path": str(directory / "weights.json")},
-                    "metrics": {"source": "file", "path": str(metrics)},
+                    "metrics": {
+                        "source": "file",
+                        "path": str(workdir / "metrics-first.json" if i == 0 else metrics),
+                    },
                     "artefacts": {"stable": "build-old", "canary": "build-new"},
                     "interval": STEP_EVERY,
                     "trigger_interval": TRIGGER_EVERY,
@@ -126,6 +132,45 @@ def start_rollouts(url: str, workdir: Path, count: int) -> list[int]:
     finally:
         engine.dispose()
     return ids
+
+
+def write_signals(path: Path, signals: dict[str, float]) -> None:
+    """The ``file`` metrics source's document: each signal's value on both pools."""
+    document = {
+        s: {p: {"value": v, "samples": 5000} for p in ("canary", "stable")}
+        for s, v in signals.items()
+    }
+    temporary = path.with_suffix(".tmp")
+    temporary.write_text(json.dumps(document))
+    temporary.replace(path)
+
+
+def breach_to_zero(workdir: Path, timeout: float = 120.0) -> float | None:
+    """Seconds from an OOM on the first rollout's canary (a rollback trigger) until its
+    router file reads 0% canary; None if it did not within ``timeout``."""
+    weights = workdir / "scale-0000" / "weights.json"
+    write_signals(workdir / "metrics-first.json", {**SIGNALS, "oom_events": 1})
+    started = time.monotonic()
+    while time.monotonic() - started < timeout:
+        try:
+            if json.loads(weights.read_text()).get("canary_weight") == 0:
+                return time.monotonic() - started
+        except (OSError, ValueError):
+            pass
+        time.sleep(0.02)
+    return None
+
+
+def step_gate_gaps(leader: Leader, since: datetime) -> list[float]:
+    """Seconds between consecutive stored evaluations of each step gate of each rollout
+    (the gap a 30 s step-gate interval should show), from ``since`` on."""
+    rows = leader.db.execute(
+        "SELECT extract(epoch FROM evaluated_at - lag(evaluated_at) OVER "
+        "(PARTITION BY rollout_id, gate ORDER BY evaluated_at)) FROM gate_evaluations "
+        "WHERE role = 'step' AND evaluated_at >= %s",
+        (since,),
+    ).fetchall()
+    return sorted(float(r[0]) for r in rows if r[0] is not None)
 
 
 class Leader:
@@ -154,13 +199,21 @@ class Leader:
         """Counters and histogram buckets from the daemon's ``/metrics``."""
         with urllib.request.urlopen(f"http://127.0.0.1:{self.port}/metrics", timeout=60) as r:
             text = r.read().decode()
-        found: dict[str, Any] = {"ticks": 0.0, "missed": 0.0, "duration": {}, "lag": {}}
+        found: dict[str, Any] = {
+            "ticks": 0.0,
+            "missed": 0.0,
+            "trips": 0.0,
+            "duration": {},
+            "lag": {},
+        }
         for family in text_string_to_metric_families(text):
             for sample in family.samples:
                 if sample.name == "rolloutd_ticks_total":
                     found["ticks"] += sample.value
                 elif sample.name == "rolloutd_ticks_missed_total":
                     found["missed"] += sample.value
+                elif sample.name == "rolloutd_store_round_trips_total":
+                    found["trips"] += sample.value
                 elif sample.name == "rolloutd_tick_duration_seconds_bucket":
                     found["duration"][float(sample.labels["le"])] = sample.value
                 elif sample.name == "rolloutd_tick_lag_seconds_bucket":
@@ -236,6 +289,7 @@ def measure(server: str, count: int, minutes: float, warmup: float) -> dict[str,
             )
             first, rows0 = leader.metrics(), leader.rows_written()
             cpu0 = leader.daemon.cpu_seconds()
+            window_start = datetime.now(UTC)
             started = time.monotonic()
             rss = leader.rss_mb()
             while time.monotonic() - started < minutes * 60:
@@ -245,6 +299,9 @@ def measure(server: str, count: int, minutes: float, warmup: float) -> dict[str,
             elapsed = time.monotonic() - started
             time.sleep(1)  # Postgres reports its table statistics about once a second
             rows1 = leader.rows_written()
+            gaps = step_gate_gaps(leader, window_start)
+            to_zero = breach_to_zero(workdir)
+            ticks = last["ticks"] - first["ticks"]
             env = {k: v for k, v in os.environ.items() if not k.startswith("ROLLOUTD_")}
             env.update(ROLLOUTD_DATABASE_URL=url, ROLLOUTD_ENV_FILE="/nonexistent")
             python = [sys.executable, "-c", "import sqlalchemy"]
@@ -254,7 +311,12 @@ def measure(server: str, count: int, minutes: float, warmup: float) -> dict[str,
                 "window_s": round(elapsed, 1),
                 "cpu_share": (cpu1 - cpu0) / elapsed,
                 "rss_mb": rss,
-                "ticks_per_s": (last["ticks"] - first["ticks"]) / elapsed,
+                "ticks_per_s": ticks / elapsed,
+                "trips_per_tick": (last["trips"] - first["trips"]) / ticks if ticks else None,
+                "gap_p50_s": gaps[len(gaps) // 2] if gaps else None,
+                "gap_p99_s": gaps[int(len(gaps) * 0.99)] if gaps else None,
+                "gaps_late": sum(g > 31.0 for g in gaps) / len(gaps) if gaps else None,
+                "breach_to_zero_s": to_zero,
                 "ticks_due_per_s": count / 10.0,
                 "tick_p50_s": quantile(first["duration"], last["duration"], 0.5),
                 "tick_p99_s": quantile(first["duration"], last["duration"], 0.99),
@@ -277,16 +339,21 @@ def report(results: list[dict[str, Any]]) -> None:
         return "n/a" if value is None else format(value, spec)
 
     print(
-        "| rollouts | verified | CPU (1 core) | RSS MB | ticks/s (due) | tick p50 | tick p99 "
-        "| lag p99 | missed | rows/h | status cold | list | import sqlalchemy |"
+        "| rollouts | verified | CPU (1 core) | RSS MB | ticks/s (due) | batch p50 | batch p99 "
+        "| lag p99 | missed | round trips/tick | step-gate gap p50/p99 (late) | breach → 0% "
+        "| rows/h | status cold | list | import sqlalchemy |"
     )
-    print("|---:" * 13 + "|")
+    print("|---:" * 16 + "|")
     for r in results:
         print(
             f"| {r['rollouts']:,} | {r['verified']:,} | {r['cpu_share']:.1%} "
             f"| {r['rss_mb']:.0f} | {r['ticks_per_s']:.1f} ({r['ticks_due_per_s']:.1f}) "
             f"| {fmt(r['tick_p50_s'], '.3f')} s | {fmt(r['tick_p99_s'], '.3f')} s "
-            f"| {fmt(r['lag_p99_s'], '.2f')} s | {r['missed']:.0f} | {r['rows_per_hour']:,.0f} "
+            f"| {fmt(r['lag_p99_s'], '.2f')} s | {r['missed']:.0f} "
+            f"| {fmt(r['trips_per_tick'], '.3f')} "
+            f"| {fmt(r['gap_p50_s'], '.1f')}/{fmt(r['gap_p99_s'], '.1f')} s "
+            f"({fmt(r['gaps_late'], '.1%')}) | {fmt(r['breach_to_zero_s'], '.2f')} s "
+            f"| {r['rows_per_hour']:,.0f} "
             f"| {r['status_s']:.2f} s ({r['status_s'] / r['import_sqlalchemy_s']:.1f}x) "
             f"| {r['list_s']:.2f} s | {r['import_sqlalchemy_s']:.2f} s |"
         )

@@ -1,11 +1,19 @@
-"""The leader's scheduled work: one tick job per rollout it drives, and the alert sender.
+"""The leader's scheduled work: the batched tick of the rollouts it drives, the alert sender
+and the retention job.
 
-APScheduler 3 runs with an in-memory job store, started paused and resumed only while this
-instance leads (its docs forbid sharing a job store between schedulers); 8 threads, so a slow
-rollout does not hold up the others, and no overlapping ticks of one rollout. A job thread never
+**The tick.** Each rollout is due on a grid of its own (its trigger interval, phased by its
+id: :class:`PhasedInterval`). One ticker thread keeps every rollout's next due time in memory,
+wakes at the earliest, and hands the rollouts then due to a pool of :data:`WORKERS` threads
+in batches of at most :data:`BATCH` (one transaction a batch:
+:meth:`~rolloutd.reconcile.Reconciler.tick_many`). A rollout still in its previous batch is
+not handed out again; its grid moves on and the skipped due time counts as missed. The
+workers are threads because a batch waits on routers and metrics sources more than it
+computes; a slow source holds its own batch only.
+
+**The rest.** APScheduler 3 runs the alert sender and the retention job, with an in-memory
+job store, started paused and resumed only while this instance leads. A job thread never
 calls the scheduler: ``shutdown(wait=True)`` holds the job-store lock while it joins the job
-threads, so a job that removed or rescheduled itself would deadlock SIGTERM; it leaves a note
-for the main loop's next :meth:`TickJobs.sync` instead.
+threads, so a job that removed or rescheduled itself would deadlock SIGTERM.
 """
 
 from __future__ import annotations
@@ -14,41 +22,42 @@ import contextlib
 import math
 import threading
 from collections.abc import Callable
+from concurrent import futures
 from dataclasses import KW_ONLY, dataclass
 from datetime import UTC, datetime, timedelta
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import structlog
-from apscheduler.events import (
-    EVENT_JOB_MAX_INSTANCES,
-    EVENT_JOB_MISSED,
-    EVENT_JOB_SUBMITTED,
-    JobEvent,
-    JobSubmissionEvent,
-)
 from apscheduler.executors.pool import ThreadPoolExecutor
 from apscheduler.jobstores.base import JobLookupError
 from apscheduler.schedulers.background import BackgroundScheduler
 from apscheduler.triggers.interval import IntervalTrigger
-from sqlalchemy.exc import SQLAlchemyError
-from sqlalchemy.orm import Session, sessionmaker
 
 from rolloutd.alerts.sender import Sender
 from rolloutd.daemon.metrics import DaemonMetrics
 from rolloutd.errors import RolloutdError
 from rolloutd.operations import plan_of
 from rolloutd.reconcile import NotLeading, Reconciler
+from rolloutd.reconcile.tick import Outcome
 from rolloutd.store import queries
 from rolloutd.store.db import transaction
-from rolloutd.store.errors import StaleWrite
+from rolloutd.store.errors import StaleWrite, StoreError
 from rolloutd.store.retention import compact_ended
+
+if TYPE_CHECKING:
+    from rolloutd.store.types import Sessions
 
 log = structlog.get_logger("rolloutd.daemon")
 
 SENDER_JOB = "alert-sender"
 # The sender paces each webhook to one message a second; it looks for work twice as often.
 SEND_EVERY_SECONDS = 0.5
+# Batches run in this many threads: they wait on routers and metrics more than they compute.
 WORKERS = 8
+# A batch holds at most this many rollouts (one transaction of their decisions).
+BATCH = 100
+# The ticker looks again at least this often (seconds), for new rollouts and a leader's start.
+IDLE_WAIT_SECONDS = 1.0
 COMPACT_JOB = "compact-evaluations"
 # Retention runs daily; first a few minutes after this instance leads, off the busy start.
 COMPACT_EVERY = timedelta(days=1)
@@ -92,11 +101,20 @@ class PhasedInterval(IntervalTrigger):  # type: ignore[misc]  # APScheduler 3 sh
         return datetime.fromtimestamp(moment, tz=UTC)
 
 
+@dataclass
+class _Due:
+    """A rollout the ticker drives: its grid and its next due time."""
+
+    trigger: PhasedInterval
+    due: datetime
+    interval: timedelta
+
+
 @dataclass(eq=False)
 class TickJobs:
-    """Keeps one tick job per rollout the leader drives, and runs the ticks."""
+    """Keeps the rollouts the leader drives on their grids, and ticks them in batches."""
 
-    sessions: sessionmaker[Session]
+    sessions: Sessions
     reconciler: Reconciler
     metrics: DaemonMetrics
     sender: Sender
@@ -111,59 +129,79 @@ class TickJobs:
 
     def __post_init__(self) -> None:
         self.scheduler = BackgroundScheduler(
-            executors={"default": ThreadPoolExecutor(max_workers=WORKERS)},
+            executors={"default": ThreadPoolExecutor(max_workers=2)},
             job_defaults={"coalesce": True, "max_instances": 1, "misfire_grace_time": 30},
             timezone=UTC,
         )
         self._lock = threading.Lock()
-        self._wakeups: set[int] = set()
-        self._ended: set[int] = set()  # rollouts whose job the main loop is to remove
-        self._retry: set[int] = set()  # rollouts whose abandoned tick is to run again soon
-        # Tick job id -> the due time of its submitted run; and the runs that started before
-        # the scheduler's thread reported their submission (whose due time is then dropped).
-        self._due: dict[str, datetime] = {}
-        self._early: set[str] = set()
-        self.scheduler.add_listener(self._submitted, EVENT_JOB_SUBMITTED)
-        self.scheduler.add_listener(self._missed, EVENT_JOB_MAX_INSTANCES | EVENT_JOB_MISSED)
+        self._kick = threading.Condition(self._lock)
+        self._rollouts: dict[int, _Due] = {}
+        self._in_flight: set[int] = set()
+        self._wakeups: set[int] = set()  # rollouts to tick again as soon as they are free
+        self._running = False  # the ticker hands out batches (this instance leads)
+        self._closed = False  # the ticker is to end
+        self._workers = futures.ThreadPoolExecutor(WORKERS, thread_name_prefix="tick")
+        self._ticker = threading.Thread(target=self._tick_loop, name="ticker", daemon=True)
 
     # -- the main loop's side ---------------------------------------------------------------
 
     def start(self) -> None:
-        """Start the scheduler paused: nothing runs until this instance leads."""
+        """Start the scheduler and the ticker paused: nothing runs until this instance leads."""
         self.scheduler.start(paused=True)
+        self._ticker.start()
 
     def lead(self) -> None:
         """Leadership gained: finish what the last leader started, then run the jobs."""
         self.replay_all()
         self.scheduler.resume()
+        with self._kick:
+            self._running = True
+            self._kick.notify()
 
     def stand_by(self) -> None:
-        """Leadership lost: run nothing more."""
+        """Leadership lost: run nothing more, and forget what was known as leader."""
         self.scheduler.pause()
         self.scheduler.remove_all_jobs()
-        with self._lock:
-            self._due.clear()
-            self._early.clear()
+        with self._kick:
+            self._running = False
+            self._rollouts.clear()
+            self._wakeups.clear()
+        self.reconciler.forget()
 
     def shutdown(self) -> None:
-        """Wait for the ticks in flight and stop the scheduler (blocks)."""
+        """Wait for the batches in flight and stop the ticker and the scheduler (blocks)."""
+        with self._kick:
+            self._running = False
+            self._closed = True
+            self._kick.notify()
+        if self._ticker.is_alive():
+            self._ticker.join()
+        self._workers.shutdown(wait=True)
         self.scheduler.shutdown(wait=True)
 
     def count(self) -> int:
-        """How many rollouts have a tick job."""
-        return sum(job.id.startswith("tick-") for job in self.scheduler.get_jobs())
+        """How many rollouts the ticker drives."""
+        with self._lock:
+            return len(self._rollouts)
+
+    def driving(self, rollout_id: int) -> bool:
+        """Whether the ticker drives ``rollout_id``."""
+        with self._lock:
+            return rollout_id in self._rollouts
 
     def shortest_interval(self, default: timedelta) -> timedelta:
-        """The shortest tick interval of the jobs (``default`` without rollouts)."""
-        intervals: list[timedelta] = [
-            job.trigger.interval for job in self.scheduler.get_jobs() if job.id.startswith("tick-")
-        ]
-        return min(intervals, default=default)
+        """The shortest tick interval of the rollouts (``default`` without rollouts)."""
+        with self._lock:
+            return min((d.interval for d in self._rollouts.values()), default=default)
 
     def run_all_now(self) -> None:
-        """Run every job at once: after a step back of the wall clock, APScheduler 3 (run
-        times on the wall clock) would otherwise wait as long as the clock stepped."""
+        """Tick every rollout at once: after a step back of the wall clock, due times (on the
+        wall clock) would otherwise wait as long as the clock stepped."""
         now = self.wall()
+        with self._kick:
+            for due in self._rollouts.values():
+                due.due = now
+            self._kick.notify()
         for job in self.scheduler.get_jobs():
             with contextlib.suppress(JobLookupError):
                 self.scheduler.modify_job(job.id, next_run_time=now)
@@ -174,16 +212,15 @@ class TickJobs:
             with transaction(self.sessions) as session:
                 owed = {a.rollout_id for a in queries.pending_actions(session)}
             active = {r.id for r in self._active()}
-        except (RolloutdError, SQLAlchemyError) as exc:
+        except (RolloutdError, StoreError) as exc:
             log.error("cannot read the intent log", error=str(exc))
             return
-        for rollout_id in sorted(owed - active):
-            self.tick(rollout_id)
+        self._run_batch(sorted(owed - active), {})
 
     def sync(self) -> None:
-        """Match the jobs to the rollouts to drive: active ones, ended ones that still owe an
-        action (the final alert of a tick that ended it and then failed to mark it done), and
-        ended ones whose router stays verified while a late write may land."""
+        """Match the rollouts driven to those to drive: active ones, ended ones that still
+        owe an action (the final alert of a tick that ended it and then failed to mark it
+        done), and ended ones whose router stays verified while a late write may land."""
         try:
             rollouts = self._active()
             with transaction(self.sessions) as session:
@@ -193,21 +230,25 @@ class TickJobs:
                 since = self.clock() - self.reconciler.watch_window(None)
                 known |= owing
                 rollouts += [r for r in queries.ended_since(session, since) if r.id not in known]
-        except (RolloutdError, SQLAlchemyError) as exc:
+        except (RolloutdError, StoreError) as exc:
             log.error("cannot list active rollouts", error=str(exc))
             return
-        with self._lock:
-            ended, self._ended = self._ended, set()
-        wanted = {f"tick-{r.id}": r for r in rollouts if r.id not in ended}
-        for job in self.scheduler.get_jobs():
-            if job.id not in wanted and job.id not in (SENDER_JOB, COMPACT_JOB):
-                job.remove()
-                with self._lock:
-                    self._due.pop(job.id, None)
-                    self._early.discard(job.id)
-                if job.id.startswith("tick-"):
-                    # Its router, metrics source and executor go with it.
-                    self.reconciler.drivers.forget(int(job.id.removeprefix("tick-")))
+        now = self.wall()
+        with self._kick:
+            wanted = {r.id: r for r in rollouts}
+            gone = [i for i in self._rollouts if i not in wanted]
+            for rollout_id in gone:
+                del self._rollouts[rollout_id]
+            for rollout_id, rollout in wanted.items():
+                if rollout_id not in self._rollouts:
+                    interval = plan_of(rollout).trigger_interval
+                    trigger = PhasedInterval.of(rollout_id, interval)
+                    self._rollouts[rollout_id] = _Due(trigger, now, interval)
+            self._kick.notify()
+        for rollout_id in gone:
+            # Its router, metrics source and executor go with it, and what was known of it.
+            self.reconciler.drivers.forget(rollout_id)
+            self.reconciler.forget(rollout_id)
         if self.scheduler.get_job(SENDER_JOB) is None:
             self.scheduler.add_job(
                 self.send_alerts, IntervalTrigger(seconds=SEND_EVERY_SECONDS), id=SENDER_JOB
@@ -219,34 +260,20 @@ class TickJobs:
                 id=COMPACT_JOB,
                 next_run_time=self.wall() + self.compact_first_after,
             )
-        for job_id, rollout in wanted.items():
-            if self.scheduler.get_job(job_id) is None:
-                self.scheduler.add_job(
-                    self.tick,
-                    PhasedInterval.of(rollout.id, plan_of(rollout).trigger_interval),
-                    args=[rollout.id],
-                    id=job_id,
-                    next_run_time=self.wall(),
-                )
-        with self._lock:
-            retry, self._retry = self._retry, set()
-        for rollout_id in retry:
-            with contextlib.suppress(JobLookupError):
-                self.scheduler.modify_job(f"tick-{rollout_id}", next_run_time=self.wall())
 
     def _active(self) -> list[Any]:
         with transaction(self.sessions) as session:
-            return queries.list_rollouts(session, active_only=True, limit=10_000)
+            return queries.list_rollouts(session, active_only=True, limit=100_000)
 
     # -- wake-ups ---------------------------------------------------------------------------
 
     def wake(self, rollout_id: int) -> None:
         """Tick ``rollout_id`` now (a command arrived), or again right after the tick in flight."""
-        with self._lock:
-            self._wakeups.add(rollout_id)
-        # A rollout without a job is not active yet; the next job sync picks it up.
-        with contextlib.suppress(JobLookupError):
-            self.scheduler.modify_job(f"tick-{rollout_id}", next_run_time=self.wall())
+        with self._kick:
+            # A rollout not driven yet is not active yet; the next sync picks it up.
+            if rollout_id in self._rollouts:
+                self._wakeups.add(rollout_id)
+                self._kick.notify()
 
     def command_written(self, payload: str) -> None:
         """A NOTIFY's payload is the id of the rollout a command was written for."""
@@ -257,70 +284,102 @@ class TickJobs:
         """Tick every rollout now: NOTIFYs sent while the listener was reconnecting are lost."""
         if not self.leading():
             return
-        for job in self.scheduler.get_jobs():
-            if job.id.startswith("tick-"):
-                self.wake(int(job.id.removeprefix("tick-")))
+        with self._kick:
+            self._wakeups.update(self._rollouts)
+            self._kick.notify()
 
-    # -- the job threads' side --------------------------------------------------------------
+    # -- the ticker -------------------------------------------------------------------------
 
-    def _submitted(self, event: JobSubmissionEvent) -> None:
-        if event.job_id.startswith("tick-"):
-            with self._lock:
-                if event.job_id in self._early:
-                    self._early.discard(event.job_id)
-                else:
-                    self._due[event.job_id] = max(event.scheduled_run_times)
-
-    def _missed(self, event: JobEvent) -> None:
-        if event.job_id.startswith("tick-"):
-            self.metrics.ticks_missed.inc()
-
-    def tick(self, rollout_id: int) -> None:
-        """One scheduled tick of a rollout, and again at once while a wake-up is pending."""
-        bound = log.bind(rollout=rollout_id, instance=self.instance)
-        job_id = f"tick-{rollout_id}"
-        with self._lock:
-            due = self._due.pop(job_id, None)
-            if due is None:
-                self._early.add(job_id)
-        if due is not None:
-            self.metrics.tick_lag.observe(max(0.0, (self.wall() - due).total_seconds()))
-        structlog.contextvars.bind_contextvars(rollout=rollout_id)
-        try:
-            while not self.stopping.is_set():
-                with self._lock:
-                    if rollout_id in self._ended:
-                        return  # ended; the main loop removes the job
-                    self._wakeups.discard(rollout_id)
-                with self.metrics.ticking():
-                    result = self.reconciler.tick(rollout_id)
-                if result.state.terminal and not result.watching and self._owes_nothing(rollout_id):
-                    with self._lock:
-                        self._ended.add(rollout_id)
+    def _tick_loop(self) -> None:
+        """Hand out the due rollouts in batches, then sleep until the next is due."""
+        while not self.stopping.is_set():
+            with self._kick:
+                if self._closed:
                     return
-                with self._lock:
-                    if rollout_id not in self._wakeups:
-                        return
+                if not self._running:
+                    self._kick.wait(IDLE_WAIT_SECONDS)
+                    continue
+                batches = self._due_batches(self.wall())
+                if not batches:
+                    self._kick.wait(self._sleep(self.wall()))
+                    continue
+            for ids, dues in batches:
+                try:
+                    self._workers.submit(self._run_batch, ids, dues)
+                except RuntimeError:  # the pool shut down: the daemon is stopping
+                    return
+
+    def _due_batches(self, now: datetime) -> list[tuple[list[int], dict[int, datetime]]]:
+        """Take the rollouts due at ``now`` (and the woken ones) that are not in flight, move
+        their grids on, and split them into batches (under the lock)."""
+        due: dict[int, datetime] = {}
+        for rollout_id, entry in self._rollouts.items():
+            if rollout_id in self._in_flight:
+                continue
+            if rollout_id in self._wakeups:
+                self._wakeups.discard(rollout_id)
+                due[rollout_id] = min(now, entry.due)
+            elif entry.due <= now:
+                due[rollout_id] = entry.due
+            else:
+                continue
+            if entry.due <= now:
+                entry.due, skipped = _next_due(entry.trigger, entry.due, now)
+                if skipped:
+                    self.metrics.ticks_missed.inc(skipped)
+        self._in_flight.update(due)
+        ids = sorted(due, key=due.__getitem__)
+        return [
+            (ids[i : i + BATCH], {r: due[r] for r in ids[i : i + BATCH]})
+            for i in range(0, len(ids), BATCH)
+        ]
+
+    def _sleep(self, now: datetime) -> float:
+        """Seconds until the next rollout not in flight is due (at most a second)."""
+        waiting = [d.due for i, d in self._rollouts.items() if i not in self._in_flight]
+        if not waiting:
+            return IDLE_WAIT_SECONDS
+        return min(IDLE_WAIT_SECONDS, max(0.0, (min(waiting) - now).total_seconds()))
+
+    def _run_batch(self, ids: list[int], dues: dict[int, datetime]) -> None:
+        """One batch of ticks, in a worker thread; what ended is let go at the next sync."""
+        if not ids:
+            return
+        started = self.wall()
+        for due in dues.values():
+            self.metrics.tick_lag.observe(max(0.0, (started - due).total_seconds()))
+        outcomes: dict[int, Outcome] = {}
+        try:
+            with self.metrics.ticking(len(ids)):
+                outcomes = self.reconciler.tick_many(ids)
         except (NotLeading, StaleWrite) as exc:
-            bound.warning("tick abandoned: not leading", error=str(exc))
-            # A command's wake-up must not be lost to a lease renewal in flight: the main
-            # loop runs it again on its next turn.
-            with self._lock:
-                self._retry.add(rollout_id)
+            for rollout_id in ids:
+                log.warning("tick abandoned: not leading", rollout=rollout_id, error=str(exc))
+            # A command's wake-up must not be lost to a lease renewal in flight.
+            with self._kick:
+                self._wakeups.update(i for i in ids if i in self._rollouts)
         except RolloutdError as exc:
-            bound.error("tick failed", error=str(exc))
-        except SQLAlchemyError as exc:
-            bound.error("tick failed: database error", error=str(exc).splitlines()[0])
-        except Exception:  # a bug must not kill the scheduler thread; it is logged in full
-            bound.exception("tick crashed")
+            for rollout_id in ids:
+                log.error("tick failed", rollout=rollout_id, error=str(exc))
+        except StoreError as exc:
+            error = str(exc).splitlines()[0]
+            for rollout_id in ids:
+                log.error("tick failed: database error", rollout=rollout_id, error=error)
+        except Exception:  # a bug must not kill the worker; it is logged in full
+            log.exception("tick crashed", rollouts=ids)
         finally:
-            structlog.contextvars.unbind_contextvars("rollout")
+            with self._kick:
+                self._in_flight.difference_update(ids)
+                self._kick.notify()
+        for rollout_id, outcome in outcomes.items():
+            if isinstance(outcome, RolloutdError):
+                log.error("tick failed", rollout=rollout_id, error=str(outcome))
 
     def send_alerts(self) -> None:
         """The sender job: deliver what the outbox holds (leader only; the scheduler pauses)."""
         try:
             self.sender.run_once()
-        except (RolloutdError, SQLAlchemyError) as exc:
+        except (RolloutdError, StoreError) as exc:
             log.error("alert sender failed", error=str(exc).splitlines()[0])
         except Exception:  # a bug must not kill the scheduler thread; it is logged in full
             log.exception("alert sender crashed")
@@ -333,7 +392,7 @@ class TickJobs:
             done = compact_ended(lambda: shell.write(shell.held()), self.clock() - self.retention)
         except NotLeading:
             return  # the next leader compacts
-        except (RolloutdError, SQLAlchemyError) as exc:
+        except (RolloutdError, StoreError) as exc:
             log.error("compacting evaluations failed", error=str(exc).splitlines()[0])
             return
         except Exception:  # a bug must not kill the scheduler thread; it is logged in full
@@ -343,6 +402,13 @@ class TickJobs:
             deleted = sum(c.deleted for c in done)
             log.info("compacted evaluations", rollouts=len(done), deleted=deleted)
 
-    def _owes_nothing(self, rollout_id: int) -> bool:
-        with transaction(self.sessions) as session:
-            return not queries.pending_actions(session, rollout_id)
+
+def _next_due(trigger: PhasedInterval, due: datetime, now: datetime) -> tuple[datetime, int]:
+    """The first grid time after ``now`` on ``trigger``'s grid from ``due``, and how many
+    grid times were skipped on the way (due times passed while the rollout was busy)."""
+    following = trigger.get_next_fire_time(due, now) or now
+    skipped = 0
+    while following <= now:
+        skipped += 1
+        following = trigger.get_next_fire_time(following, now) or now + trigger.interval
+    return following, skipped

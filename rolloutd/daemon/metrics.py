@@ -59,6 +59,7 @@ class DaemonMetrics:
         instance: str,
         wall: Callable[[], datetime],
         leading: Callable[[], int | None],
+        round_trips: Callable[[], int] | None = None,
     ) -> None:
         self.registry = CollectorRegistry(auto_describe=True)
         self.ticks = Counter(
@@ -69,7 +70,7 @@ class DaemonMetrics:
         )
         self.tick_seconds = Histogram(
             "rolloutd_tick_duration_seconds",
-            "Wall time of one rollout tick on this instance.",
+            "Wall time of one batch of rollout ticks (one transaction) on this instance.",
             buckets=TICK_BUCKETS,
             registry=self.registry,
         )
@@ -93,11 +94,14 @@ class DaemonMetrics:
             registry=self.registry,
         )
         self.registry.register(_LeaderCollector(instance, leading))
+        if round_trips is not None:
+            self.registry.register(_RoundTripCollector(round_trips))
         self.registry.register(_StoreCollector(sessions, wall))
 
     @contextmanager
-    def ticking(self) -> Iterator[None]:
-        """Time and count one tick; an exception is counted by its kind and passed on."""
+    def ticking(self, rollouts: int = 1) -> Iterator[None]:
+        """Time one batch and count the ticks of its ``rollouts``; an exception is counted by
+        its kind and passed on."""
         started = time.perf_counter()
         outcome = "error"
         try:
@@ -108,7 +112,7 @@ class DaemonMetrics:
             raise
         finally:
             self.tick_seconds.observe(time.perf_counter() - started)
-            self.ticks.labels(outcome).inc()
+            self.ticks.labels(outcome).inc(rollouts)
 
     def delivered(self, outcome: str) -> None:
         """Count one delivery attempt of the alert sender."""
@@ -140,6 +144,21 @@ class _LeaderCollector(Collector):
                 "The fencing epoch of the lease this instance holds.",
                 epoch,
             )
+
+
+class _RoundTripCollector(Collector):
+    def __init__(self, count: Callable[[], int]) -> None:
+        self.count = count
+        self.total = 0
+
+    def collect(self) -> Iterable[Metric]:
+        self.total += self.count()
+        yield CounterMetricFamily(
+            "rolloutd_store_round_trips",
+            "Times this instance waited on the database: statements, BEGINs, COMMITs, "
+            "ROLLBACKs and pre-pings.",
+            value=self.total,
+        )
 
 
 class _StoreCollector(Collector):

@@ -29,7 +29,6 @@ from types import FrameType
 from typing import Any
 
 import structlog
-from sqlalchemy.exc import SQLAlchemyError
 
 from rolloutd import failpoints
 from rolloutd.alerts.sender import Sender
@@ -49,14 +48,16 @@ from rolloutd.reconcile.runs import EvaluationRuns
 from rolloutd.settings import Settings
 from rolloutd.store import lease
 from rolloutd.store.commands import COMMANDS_CHANNEL
-from rolloutd.store.db import check_revision as check_schema
 from rolloutd.store.db import (
+    RoundTrips,
     describe,
     make_engine,
     normalise_url,
     session_factory,
     transaction,
 )
+from rolloutd.store.db import check_revision as check_schema
+from rolloutd.store.errors import StoreError
 from rolloutd.web.server import WebView
 
 log = structlog.get_logger("rolloutd.daemon")
@@ -143,8 +144,13 @@ class Daemon:
         # Evaluation runs share the tick's shell (a SIGHUP's new margin reaches both).
         self.runs = EvaluationRuns(self.reconciler.shell, lease_ttl=lambda: self.leadership.ttl)
         self.run_jobs = RunJobs(self.runs, wall=wall)
+        trips = RoundTrips(self.engine)
         self.metrics = DaemonMetrics(
-            self.sessions, instance=self.instance, wall=wall, leading=self.leadership.epoch
+            self.sessions,
+            instance=self.instance,
+            wall=wall,
+            leading=self.leadership.epoch,
+            round_trips=lambda: trips.count,
         )
         self.sender = Sender(
             self.sessions,
@@ -411,7 +417,7 @@ class Daemon:
                         # A write retried after an unclear commit records the jump once.
                         dedup_key=f"clock_jump/{self.leadership.holder}/{jump.number}",
                     )
-        except (RolloutdError, SQLAlchemyError) as exc:
+        except (RolloutdError, StoreError) as exc:
             # The log has the step already; the event is written on a later turn of the loop.
             log.error("cannot record the clock jump", error=str(exc).splitlines()[0])
             return

@@ -84,11 +84,15 @@ class Known:
     def __init__(self) -> None:
         self.epoch: int | None = None
         self.facts: dict[int, Facts] = {}
+        self.claimed: set[int] = set()
+        """The rollouts whose progress was written under this epoch (a new leader writes
+        each rollout's progress on its first tick, so the row says who drives it)."""
 
     def under(self, epoch: int) -> None:
         """Forget everything known under another epoch."""
         if epoch != self.epoch:
             self.facts.clear()
+            self.claimed.clear()
             self.epoch = epoch
 
     def missing(self, ids: Iterable[int]) -> list[int]:
@@ -107,5 +111,7 @@ class Known:
         """Forget one rollout, or all."""
         if rollout_id is None:
             self.facts.clear()
+            self.claimed.clear()
         else:
             self.facts.pop(rollout_id, None)
+            self.claimed.discard(rollout_id)

@@ -30,10 +30,9 @@ from concurrent.futures import Future, ThreadPoolExecutor, wait
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
+from typing import TYPE_CHECKING
 
 import structlog
-from sqlalchemy.exc import SQLAlchemyError
-from sqlalchemy.orm import Session
 
 from rolloutd.analysis.base import Role
 from rolloutd.core.actions import Verdict
@@ -46,9 +45,13 @@ from rolloutd.evaluation.schedule import run_suite_for_gate
 from rolloutd.operations import plan_of
 from rolloutd.reconcile.shell import NotLeading, Shell
 from rolloutd.store import suite_jobs
+from rolloutd.store.errors import StoreError
 from rolloutd.store.lease import Held
 from rolloutd.store.suite_jobs import Claim
 from rolloutd.store.suite_models import SuiteJob
+
+if TYPE_CHECKING:
+    from rolloutd.store.types import Session
 
 log = structlog.get_logger("rolloutd.reconcile")
 
@@ -89,7 +92,7 @@ class _Control:
                 renewed = suite_jobs.extend(session, self.claim, until=until)
         except NotLeading:
             renewed = None
-        except (RolloutdError, SQLAlchemyError) as exc:
+        except (RolloutdError, StoreError) as exc:
             # The claim still runs to its expiry, and permit() stops new requests before it.
             log.warning("could not renew a suite job", job=self.job.name, error=str(exc))
             return
@@ -158,7 +161,7 @@ class EvaluationRuns:
                 started += self._drive(job, plan, progress, held)
             except NotLeading:
                 raise
-            except (RolloutdError, SQLAlchemyError) as exc:
+            except (RolloutdError, StoreError) as exc:
                 # One job's trouble (a plan that no longer loads) must not hold up the others.
                 log.error("evaluation run not driven", job=job.name, error=str(exc))
         return started
@@ -277,7 +280,7 @@ class EvaluationRuns:
         try:
             with control.write() as session:
                 suite_jobs.release(session, control.claim, now=self.shell.wall(), reason=reason)
-        except (RolloutdError, SQLAlchemyError) as exc:
+        except (RolloutdError, StoreError) as exc:
             log.warning("suite job left to expire", job=control.job.name, error=str(exc))
 
     def _stop(self, job_id: int) -> None:

@@ -12,14 +12,15 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import Any
-
-from sqlalchemy.orm import Session, sessionmaker
+from typing import TYPE_CHECKING, Any
 
 from rolloutd.errors import TemporaryError
 from rolloutd.store import queries
 from rolloutd.store.db import transaction
 from rolloutd.store.lease import Held, hold_for_write
+
+if TYPE_CHECKING:
+    from rolloutd.store.types import Session, Sessions
 
 # Writes and side effects need the lease to outlive them by this much (at most; the daemon
 # uses a quarter of a shorter lease).
@@ -39,7 +40,7 @@ class Shell:
     or faked (tests).
     """
 
-    sessions: sessionmaker[Session]
+    sessions: Sessions
     clock: Callable[[], datetime]
     wall: Callable[[], datetime]
     lease: Callable[[], Held | None]

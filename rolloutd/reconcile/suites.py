@@ -17,8 +17,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 from datetime import datetime
-
-from sqlalchemy.orm import Session
+from typing import TYPE_CHECKING
 
 from rolloutd.analysis.base import Evaluation, Pool, Role
 from rolloutd.core.actions import Verdict
@@ -30,6 +29,9 @@ from rolloutd.evaluation.schedule import judge_stored
 from rolloutd.evaluation.source import SuiteCounts
 from rolloutd.reconcile.shell import Shell
 from rolloutd.store import suite_jobs
+
+if TYPE_CHECKING:
+    from rolloutd.store.types import Session
 
 
 def suite_counts(

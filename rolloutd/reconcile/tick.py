@@ -261,7 +261,8 @@ class Reconciler:
                     now=now,
                     preflight_error=work.preflight_error,
                 )
-                if not decisions.quiet(facts, decision, handled):
+                claimed = facts.rollout.id in self.known.claimed
+                if not claimed or not decisions.quiet(facts, decision, handled):
                     work.moved = decisions.write(
                         self.shell, session, held, facts, decision, handled, now
                     )
@@ -269,6 +270,7 @@ class Reconciler:
                     facts.dirty = True
                 facts.progress = decision.progress
                 decided.append((work, decision))
+        self.known.claimed.update(w.facts.rollout.id for w in works)
         return decided
 
     def _follow(self, work: _Work, decision: Decision) -> TickResult:

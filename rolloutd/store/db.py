@@ -13,6 +13,7 @@ the commands that only read connect without it.
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -112,6 +113,30 @@ def make_engine(url: str | URL, *, lease_ttl_seconds: float | None = None) -> En
             keepalives=1, keepalives_idle=5, keepalives_interval=2, keepalives_count=2
         )
     return create_engine(parsed, pool_pre_ping=True, connect_args=connect_args)
+
+
+class RoundTrips:
+    """How many times an engine's sessions waited on the database: statements (a batched
+    ``executemany`` counts once), BEGINs, COMMITs, ROLLBACKs and Postgres pre-pings."""
+
+    def __init__(self, engine: Engine) -> None:
+        self._count = itertools.count()
+        self._seen = 0
+        for name in ("begin", "commit", "rollback", "before_cursor_execute"):
+            event.listen(engine, name, self._one)
+        if engine.pool._pre_ping:
+            event.listen(engine.pool, "checkout", self._one)
+
+    def _one(self, *_: Any) -> None:
+        next(self._count)
+
+    @property
+    def count(self) -> int:
+        """Round trips so far."""
+        # itertools.count is atomic under the interpreter lock; reading it means taking one.
+        taken = next(self._count) - self._seen
+        self._seen += 1
+        return taken
 
 
 def _configure_sqlite_connection(dbapi_connection: Any, _record: Any) -> None:

@@ -2,7 +2,13 @@
 
 from __future__ import annotations
 
+from sqlalchemy.exc import SQLAlchemyError
+
 from rolloutd.errors import TemporaryError
+
+StoreError = SQLAlchemyError
+"""Any failure the database driver raises that the store did not turn into a rolloutd error:
+callers above the store catch this name, never the driver's."""
 
 
 class StaleWrite(TemporaryError):

@@ -58,17 +58,16 @@ def test_an_ended_rollouts_job_and_drivers_go_once_its_watch_is_over(
         jobs.scheduler.pause()  # sync() alone is under test; the test ticks by hand
         h.tick()
         jobs.sync()
-        job = f"tick-{h.rollout_id}"
-        assert jobs.scheduler.get_job(job) is not None
+        assert jobs.driving(h.rollout_id)
         h.command("abort", "done")
         while h.tick(seconds=5) != "rolled_back":
             pass
         jobs.sync()
-        assert jobs.scheduler.get_job(job) is not None  # its router is still watched
+        assert jobs.driving(h.rollout_id)  # its router is still watched
         assert drivers.forgotten == []
         h.clock.advance(seconds=h.reconciler.watch_window(None).total_seconds() + 1)
         jobs.sync()
-        assert jobs.scheduler.get_job(job) is None
+        assert not jobs.driving(h.rollout_id)
         assert drivers.forgotten == [h.rollout_id]
     finally:
         jobs.shutdown()
