@@ -21,9 +21,9 @@ canary weight is verified (or after a warm-up of at most ``--warmup`` minutes), 
 - the gaps between consecutive stored evaluations of each step gate (30 s is on time) and the
   share of them over 31 s;
 - rows written per hour (inserted, updated and deleted rows, from ``pg_stat_user_tables``);
-- after the window, the time from an OOM on the first rollout's canary (a rollback trigger,
-  in its own metrics file) to its router file reading 0% canary: compare the smallest N with
-  the largest.
+- after the window, the time from the tick that judged an OOM on the first rollout's canary
+  (a rollback trigger, in its own metrics file) to its router file reading 0% canary: compare
+  the smallest N with the largest.
 
 Then, on the same database, the cold start of ``rolloutctl status ID`` and of
 ``rolloutctl list`` (median of 5 runs each), against ``python -c 'import sqlalchemy'``
@@ -145,20 +145,31 @@ def write_signals(path: Path, signals: dict[str, float]) -> None:
     temporary.replace(path)
 
 
-def breach_to_zero(workdir: Path, timeout: float = 120.0) -> float | None:
-    """Seconds from an OOM on the first rollout's canary (a rollback trigger) until its
-    router file reads 0% canary; None if it did not within ``timeout``."""
+def breach_to_zero(
+    leader: Leader, workdir: Path, first: int, timeout: float = 120.0
+) -> float | None:
+    """Seconds from the tick that judged an OOM on the first rollout's canary (a rollback
+    trigger, in its own metrics file) until its router file read 0% canary; None if it did
+    not within ``timeout``. The wait for that tick (up to a trigger interval) is left out:
+    it is the schedule, the same at any N."""
     weights = workdir / "scale-0000" / "weights.json"
     write_signals(workdir / "metrics-first.json", {**SIGNALS, "oom_events": 1})
     started = time.monotonic()
     while time.monotonic() - started < timeout:
         try:
             if json.loads(weights.read_text()).get("canary_weight") == 0:
-                return time.monotonic() - started
+                at_zero = datetime.now(UTC)
+                break
         except (OSError, ValueError):
             pass
-        time.sleep(0.02)
-    return None
+        time.sleep(0.01)
+    else:
+        return None
+    judged = leader.value(
+        "SELECT min(evaluated_at) FROM gate_evaluations WHERE rollout_id = "
+        f"{int(first)} AND gate = 'oom' AND verdict IN ('breach', 'fail')"
+    )
+    return None if judged is None else (at_zero - judged).total_seconds()
 
 
 def step_gate_gaps(leader: Leader, since: datetime) -> list[float]:
@@ -300,7 +311,7 @@ def measure(server: str, count: int, minutes: float, warmup: float) -> dict[str,
             time.sleep(1)  # Postgres reports its table statistics about once a second
             rows1 = leader.rows_written()
             gaps = step_gate_gaps(leader, window_start)
-            to_zero = breach_to_zero(workdir)
+            to_zero = breach_to_zero(leader, workdir, ids[0])
             ticks = last["ticks"] - first["ticks"]
             env = {k: v for k, v in os.environ.items() if not k.startswith("ROLLOUTD_")}
             env.update(ROLLOUTD_DATABASE_URL=url, ROLLOUTD_ENV_FILE="/nonexistent")

@@ -21,6 +21,7 @@ from __future__ import annotations
 import contextlib
 import math
 import threading
+import time
 from collections.abc import Callable
 from concurrent import futures
 from dataclasses import KW_ONLY, dataclass
@@ -58,6 +59,9 @@ WORKERS = 8
 BATCH = 100
 # The ticker looks again at least this often (seconds), for new rollouts and a leader's start.
 IDLE_WAIT_SECONDS = 1.0
+# Due rollouts are gathered for this long (seconds) between two hand-outs, so that batches
+# are large enough to amortise their transaction; a command's wake-up is handed out at once.
+GATHER_SECONDS = 0.5
 COMPACT_JOB = "compact-evaluations"
 # Retention runs daily; first a few minutes after this instance leads, off the busy start.
 COMPACT_EVERY = timedelta(days=1)
@@ -140,6 +144,7 @@ class TickJobs:
         self._wakeups: set[int] = set()  # rollouts to tick again as soon as they are free
         self._running = False  # the ticker hands out batches (this instance leads)
         self._closed = False  # the ticker is to end
+        self._handed_at = 0.0  # when the ticker last handed out batches (monotonic)
         self._workers = futures.ThreadPoolExecutor(WORKERS, thread_name_prefix="tick")
         self._ticker = threading.Thread(target=self._tick_loop, name="ticker", daemon=True)
 
@@ -220,30 +225,28 @@ class TickJobs:
     def sync(self) -> None:
         """Match the rollouts driven to those to drive: active ones, ended ones that still
         owe an action (the final alert of a tick that ended it and then failed to mark it
-        done), and ended ones whose router stays verified while a late write may land."""
+        done), and ended ones whose router stays verified while a late write may land. One
+        statement of ids; only a rollout new to the ticker is read whole (for its interval)."""
         try:
-            rollouts = self._active()
+            since = self.clock() - self.reconciler.watch_window(None)
             with transaction(self.sessions) as session:
-                owing = {a.rollout_id for a in queries.pending_actions(session)}
-                known = {r.id for r in rollouts}
-                rollouts += [queries.get_rollout(session, i) for i in sorted(owing - known)]
-                since = self.clock() - self.reconciler.watch_window(None)
-                known |= owing
-                rollouts += [r for r in queries.ended_since(session, since) if r.id not in known]
+                wanted = queries.rollouts_to_drive(session, ended_since=since)
+                with self._lock:
+                    new = sorted(wanted - self._rollouts.keys())
+                intervals = {
+                    i: plan_of(queries.get_rollout(session, i)).trigger_interval for i in new
+                }
         except (RolloutdError, StoreError) as exc:
             log.error("cannot list active rollouts", error=str(exc))
             return
         now = self.wall()
         with self._kick:
-            wanted = {r.id: r for r in rollouts}
             gone = [i for i in self._rollouts if i not in wanted]
             for rollout_id in gone:
                 del self._rollouts[rollout_id]
-            for rollout_id, rollout in wanted.items():
-                if rollout_id not in self._rollouts:
-                    interval = plan_of(rollout).trigger_interval
-                    trigger = PhasedInterval.of(rollout_id, interval)
-                    self._rollouts[rollout_id] = _Due(trigger, now, interval)
+            for rollout_id, interval in intervals.items():
+                trigger = PhasedInterval.of(rollout_id, interval)
+                self._rollouts[rollout_id] = _Due(trigger, now, interval)
             self._kick.notify()
         for rollout_id in gone:
             # Its router, metrics source and executor go with it, and what was known of it.
@@ -299,10 +302,12 @@ class TickJobs:
                 if not self._running:
                     self._kick.wait(IDLE_WAIT_SECONDS)
                     continue
-                batches = self._due_batches(self.wall())
-                if not batches:
-                    self._kick.wait(self._sleep(self.wall()))
+                pause = self._sleep(self.wall())
+                if pause > 0:
+                    self._kick.wait(pause)
                     continue
+                batches = self._due_batches(self.wall())
+                self._handed_at = time.monotonic()
             for ids, dues in batches:
                 try:
                     self._workers.submit(self._run_batch, ids, dues)
@@ -328,18 +333,25 @@ class TickJobs:
                 if skipped:
                     self.metrics.ticks_missed.inc(skipped)
         self._in_flight.update(due)
-        ids = sorted(due, key=due.__getitem__)
-        return [
-            (ids[i : i + BATCH], {r: due[r] for r in ids[i : i + BATCH]})
-            for i in range(0, len(ids), BATCH)
-        ]
+        # A rollout slow to observe (a slow metrics source) is ticked alone: it holds up no other.
+        slow = self.reconciler.slow
+        alone = [[i] for i in due if i in slow]
+        ids = sorted((i for i in due if i not in slow), key=due.__getitem__)
+        batches = alone + [ids[i : i + BATCH] for i in range(0, len(ids), BATCH)]
+        return [(batch, {r: due[r] for r in batch}) for batch in batches]
 
     def _sleep(self, now: datetime) -> float:
-        """Seconds until the next rollout not in flight is due (at most a second)."""
+        """Seconds to wait before the next hand-out: none for a woken rollout; else until the
+        next rollout not in flight is due, and the gathering time since the last hand-out is
+        over (at most a second)."""
+        if any(i not in self._in_flight for i in self._wakeups):
+            return 0.0
         waiting = [d.due for i, d in self._rollouts.items() if i not in self._in_flight]
         if not waiting:
             return IDLE_WAIT_SECONDS
-        return min(IDLE_WAIT_SECONDS, max(0.0, (min(waiting) - now).total_seconds()))
+        due = (min(waiting) - now).total_seconds()
+        gathered = GATHER_SECONDS - (time.monotonic() - self._handed_at)
+        return min(IDLE_WAIT_SECONDS, max(0.0, due, gathered))
 
     def _run_batch(self, ids: list[int], dues: dict[int, datetime]) -> None:
         """One batch of ticks, in a worker thread; what ended is let go at the next sync."""

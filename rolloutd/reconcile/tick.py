@@ -19,6 +19,7 @@ the facts, never toward a log of what was attempted.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
@@ -52,6 +53,8 @@ log = structlog.get_logger("rolloutd.reconcile")
 
 # The daemon's default lease TTL (``ROLLOUTD_LEASE_TTL_SECONDS``); the daemon passes its own.
 DEFAULT_LEASE_TTL = timedelta(seconds=15)
+# A rollout whose router and metrics took longer than this to observe is ticked on its own.
+SLOW_SECONDS = 0.25
 
 
 @dataclass(frozen=True)
@@ -106,6 +109,9 @@ class Reconciler:
         self.converger = Converger(self.shell, self.performer)
         self.suites = Suites(self.shell)
         self.known = Known()
+        self.slow: set[int] = set()
+        """Rollouts whose last observation (router, metrics) took over :data:`SLOW_SECONDS`:
+        the scheduler ticks each in a batch of its own, so it holds up no other."""
 
     def tick(self, rollout_id: int) -> TickResult:
         """Run one tick of ``rollout_id`` alone.
@@ -134,6 +140,7 @@ class Reconciler:
         outcomes: dict[int, Outcome] = {}
         works: list[_Work] = []
         for rollout_id, found in self._facts(rollout_ids).items():
+            started = time.perf_counter()
             try:
                 if isinstance(found, RolloutdError):
                     raise found
@@ -144,6 +151,8 @@ class Reconciler:
                 self.known.forget(rollout_id)
                 outcomes[rollout_id] = exc
                 continue
+            finally:
+                self._timed(rollout_id, time.perf_counter() - started)
             if isinstance(work, TickResult):
                 outcomes[rollout_id] = work
                 self.known.keep(found)
@@ -158,6 +167,12 @@ class Reconciler:
         for work, decision in decided:
             outcomes[work.facts.rollout.id] = self._follow(work, decision)
         return outcomes
+
+    def _timed(self, rollout_id: int, seconds: float) -> None:
+        if seconds > SLOW_SECONDS:
+            self.slow.add(rollout_id)
+        else:
+            self.slow.discard(rollout_id)
 
     def _facts(self, rollout_ids: Sequence[int]) -> dict[int, Facts | RolloutdError]:
         """The batch's facts: known ones from memory, the rest read in one transaction."""

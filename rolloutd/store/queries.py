@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from datetime import datetime
 
-from sqlalchemy import select
+from sqlalchemy import select, union
 from sqlalchemy.orm import Session
 
 from rolloutd.store.actions import (
@@ -46,7 +46,7 @@ from rolloutd.store.evaluations import (
     record_evaluations,
 )
 from rolloutd.store.events import append_event, list_events
-from rolloutd.store.models import Rollout
+from rolloutd.store.models import Action, Rollout
 from rolloutd.store.rollouts import (
     create_rollout,
     get_rollout,
@@ -92,6 +92,15 @@ __all__ = [
     "supersede_weight_attempts",
     "upsert_step",
 ]
+
+
+def rollouts_to_drive(session: Session, *, ended_since: datetime) -> set[int]:
+    """The rollouts the leader drives, in one statement: the active ones, those that still owe
+    an action, and those that ended ``ended_since`` or later (their router stays verified)."""
+    active = select(Rollout.id).where(Rollout.active)
+    owing = select(Action.rollout_id).where(Action.status == "pending")
+    recent = select(Rollout.id).where(~Rollout.active, Rollout.updated_at >= ended_since)
+    return set(session.scalars(union(active, owing, recent)))
 
 
 def ended_since(session: Session, since: datetime) -> list[Rollout]:
