@@ -149,15 +149,13 @@ class _LeaderCollector(Collector):
 class _RoundTripCollector(Collector):
     def __init__(self, count: Callable[[], int]) -> None:
         self.count = count
-        self.total = 0
 
     def collect(self) -> Iterable[Metric]:
-        self.total += self.count()
         yield CounterMetricFamily(
             "rolloutd_store_round_trips",
             "Times this instance waited on the database: statements, BEGINs, COMMITs, "
             "ROLLBACKs and pre-pings.",
-            value=self.total,
+            value=self.count(),
         )
 
 

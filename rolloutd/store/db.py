@@ -14,6 +14,7 @@ the commands that only read connect without it.
 from __future__ import annotations
 
 import itertools
+import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -121,7 +122,8 @@ class RoundTrips:
 
     def __init__(self, engine: Engine) -> None:
         self._count = itertools.count()
-        self._seen = 0
+        self._reads = 0
+        self._reading = threading.Lock()
         for name in ("begin", "commit", "rollback", "before_cursor_execute"):
             event.listen(engine, name, self._one)
         if engine.pool._pre_ping:
@@ -133,10 +135,11 @@ class RoundTrips:
     @property
     def count(self) -> int:
         """Round trips so far."""
-        # itertools.count is atomic under the interpreter lock; reading it means taking one.
-        taken = next(self._count) - self._seen
-        self._seen += 1
-        return taken
+        # itertools.count is atomic under the interpreter lock; reading it takes one value.
+        with self._reading:
+            total = next(self._count) - self._reads
+            self._reads += 1
+        return total
 
 
 def _configure_sqlite_connection(dbapi_connection: Any, _record: Any) -> None:
