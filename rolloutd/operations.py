@@ -26,10 +26,9 @@ from rolloutd.planfile import LoadedPlan, parse_plan
 from rolloutd.store import reads
 
 if TYPE_CHECKING:
-    from sqlalchemy.orm import Session
-
     from rolloutd.core.actions import CommandKind
     from rolloutd.store.models import Rollout
+    from rolloutd.store.types import Session
 
 
 def start_rollout(session: Session, loaded: LoadedPlan, *, actor: str, now: datetime) -> int:

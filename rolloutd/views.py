@@ -18,10 +18,8 @@ from rolloutd.core.progress import Progress, State, derive_state, rollback_outco
 from rolloutd.store import reads
 
 if TYPE_CHECKING:
-    from sqlalchemy import Connection
-    from sqlalchemy.orm import Session
-
     from rolloutd.store.models import Event, Rollout
+    from rolloutd.store.types import Connection, Session
 
 
 _derived: dict[str, PlanOutline] = {}

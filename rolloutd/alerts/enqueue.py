@@ -10,9 +10,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import replace
 from datetime import datetime
-from typing import Any
-
-from sqlalchemy.orm import Session
+from typing import TYPE_CHECKING, Any
 
 from rolloutd.alerts.slack import AlertFacts, build_message, graph_url
 from rolloutd.core.actions import CommandKind
@@ -23,6 +21,9 @@ from rolloutd.operations import plan_of
 from rolloutd.store import queries
 from rolloutd.store.models import Rollout
 from rolloutd.store.outbox import enqueue_message
+
+if TYPE_CHECKING:
+    from rolloutd.store.types import Session
 
 SEVERITY_RANK = {"info": 0, "warning": 1, "critical": 2}
 _SUGGESTED: tuple[tuple[CommandKind, str], ...] = (

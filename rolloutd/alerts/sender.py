@@ -30,20 +30,21 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, fields
 from datetime import UTC, datetime, timedelta
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 import httpx
 import structlog
-from sqlalchemy import ColumnElement
-from sqlalchemy.orm import Session, sessionmaker
 
 from rolloutd import retry
 from rolloutd.alerts.answers import excerpt, read_start
 from rolloutd.alerts.webhooks import Webhooks
 from rolloutd.store import queries
 from rolloutd.store.db import transaction
-from rolloutd.store.lease import Held, fence, hold_for_write
+from rolloutd.store.lease import Fence, Held, fence, hold_for_write
 from rolloutd.store.outbox import defer, give_up, heads_of_queues, mark_sent
+
+if TYPE_CHECKING:
+    from rolloutd.store.types import Session, Sessions
 
 log = structlog.get_logger("rolloutd.alerts")
 
@@ -59,7 +60,7 @@ Outcome = Literal["sent", "rate_limited", "retry", "failed", "unconfigured"]
 # What the sender tells the audit log about a message, by the suffix of the event's dedup key.
 _NEWS_EVENTS = {"undeliverable": "alert_undeliverable", "unconfigured": "alert_waiting"}
 # The lease condition ANDed into each write, or None when the sender runs without a lease.
-_Guard = ColumnElement[bool] | None
+_Guard = Fence | None
 
 
 @dataclass(frozen=True)
@@ -126,7 +127,7 @@ class Sender:
 
     def __init__(
         self,
-        sessions: sessionmaker[Session],
+        sessions: Sessions,
         *,
         webhooks: Webhooks,
         clock: Callable[[], datetime],

@@ -16,8 +16,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 import click
 
 if TYPE_CHECKING:
-    from sqlalchemy import Connection, Engine
-    from sqlalchemy.orm import Session
+    from rolloutd.store.types import Connection, Engine, Session
 
 F = TypeVar("F", bound=Callable[..., Any])
 

@@ -13,17 +13,19 @@ import threading
 import uuid
 from collections.abc import Callable
 from datetime import datetime, timedelta
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 import structlog
-from sqlalchemy.exc import SQLAlchemyError
-from sqlalchemy.orm import Session, sessionmaker
 
 from rolloutd.alerts.enqueue import enqueue_leadership_alert
 from rolloutd.errors import RolloutdError
 from rolloutd.reconcile import LEASE_MARGIN
 from rolloutd.store import lease, queries
 from rolloutd.store.db import lock_timed_out, transaction
+from rolloutd.store.errors import StoreError
+
+if TYPE_CHECKING:
+    from rolloutd.store.types import Session, Sessions
 
 log = structlog.get_logger("rolloutd.daemon")
 
@@ -58,7 +60,7 @@ class Leadership:
 
     def __init__(
         self,
-        sessions: sessionmaker[Session],
+        sessions: Sessions,
         *,
         instance: str,
         ttl: timedelta,
@@ -83,7 +85,7 @@ class Leadership:
         was_leading = self.held is not None
         try:
             self.held = self.renew_or_acquire(was_leading)
-        except (RolloutdError, SQLAlchemyError) as exc:
+        except (RolloutdError, StoreError) as exc:
             # Demote first: a leader that cannot reach the database must not act on stale facts.
             if self.held is not None:
                 log.error("database error; standing down", error=str(exc))
@@ -102,7 +104,7 @@ class Leadership:
             return
         try:
             self.held = self.renew_or_acquire(was_leading=True)
-        except (RolloutdError, SQLAlchemyError) as exc:
+        except (RolloutdError, StoreError) as exc:
             log.error("database error while draining; the lease expires by itself", error=str(exc))
             self.held = None
         if self.held is None:
@@ -113,7 +115,7 @@ class Leadership:
         transaction has committed.
 
         :raises RolloutdError: the database cannot be reached.
-        :raises SQLAlchemyError: any other database error, or a lock held past our lease.
+        :raises StoreError: any other database error, or a lock held past our lease.
         """
         while True:
             now = self.wall()
@@ -128,7 +130,7 @@ class Leadership:
                             session, "acquired", held, f"leading with epoch {held.epoch}", now
                         )
                 return held
-            except SQLAlchemyError as exc:
+            except StoreError as exc:
                 current = self.held
                 if (
                     current is None
@@ -154,7 +156,7 @@ class Leadership:
                 now = self.wall()
                 if lease.release(session, held, now=now):
                     self._announce(session, "released", held, "gave up leadership", now)
-        except (RolloutdError, SQLAlchemyError) as exc:
+        except (RolloutdError, StoreError) as exc:
             log.warning("could not release the lease; it expires by itself", error=str(exc))
         self.held = None
 

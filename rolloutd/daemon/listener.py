@@ -17,10 +17,10 @@ from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass
 from typing import Any
 
-import psycopg
 import structlog
 
 from rolloutd.redact import scrub
+from rolloutd.store import notify
 
 log = structlog.get_logger("rolloutd.listener")
 
@@ -29,7 +29,6 @@ FIRST_BACKOFF_SECONDS = 1.0
 # again soon after it is back.
 MAX_BACKOFF_SECONDS = 15.0
 POLL_SECONDS = 1.0  # how often the listener looks at the stop flag while nothing arrives
-CONNECT_TIMEOUT_SECONDS = 5
 
 
 def backoff(failures: int) -> float:
@@ -109,7 +108,7 @@ class CommandListener:
         while not self.stopping.is_set():
             try:
                 with self._connect() as conn:
-                    conn.execute(f"LISTEN {self.channel}")
+                    notify.listen(conn, self.channel)
                     self._listened(recovered=recovering)
                     if recovering:
                         self.on_recovered()
@@ -121,7 +120,7 @@ class CommandListener:
                         failures = 0
             # A connection lost to a restart of Postgres or a network cut: expected, and cured
             # by connecting again.
-            except psycopg.Error as exc:
+            except notify.ListenError as exc:
                 failures += 1
                 recovering = True
                 self._failed(exc, failures, unexpected=False)
@@ -134,24 +133,12 @@ class CommandListener:
         with self._lock:
             self._listening = False
 
-    def _connect(self) -> psycopg.Connection[Any]:
-        options: dict[str, Any] = {
-            "autocommit": True,
-            "connect_timeout": CONNECT_TIMEOUT_SECONDS,
-            # A peer that vanished without a word (a cut network) is noticed within seconds.
-            "keepalives": 1,
-            "keepalives_idle": 5,
-            "keepalives_interval": 2,
-            "keepalives_count": 2,
-        }
-        if self.application_name is not None:
-            options["application_name"] = self.application_name
-        return psycopg.connect(self.conninfo, **options)
+    def _connect(self) -> notify.Listening:
+        return notify.connect(self.conninfo, application_name=self.application_name)
 
-    def _receive(self, conn: psycopg.Connection[Any]) -> Iterator[str]:
+    def _receive(self, conn: notify.Listening) -> Iterator[str]:
         """The payloads of the NOTIFYs that arrive within one poll."""
-        for note in conn.notifies(timeout=POLL_SECONDS):
-            yield note.payload
+        return notify.receive(conn, POLL_SECONDS)
 
     def _listened(self, *, recovered: bool) -> None:
         with self._lock:

@@ -17,16 +17,13 @@ import time
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from datetime import datetime, timedelta
-from typing import Any, get_args
+from typing import TYPE_CHECKING, Any, get_args
 
 import structlog
 from prometheus_client import CollectorRegistry, Counter, Histogram
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.exposition import CONTENT_TYPE_LATEST, generate_latest
 from prometheus_client.registry import Collector
-from sqlalchemy import func, select
-from sqlalchemy.exc import SQLAlchemyError
-from sqlalchemy.orm import Session, sessionmaker
 
 from rolloutd.core.actions import Verdict
 from rolloutd.core.machine import rollback_kind, state_of
@@ -34,11 +31,15 @@ from rolloutd.core.progress import Progress, RollbackKind, State, rollback_outco
 from rolloutd.errors import RolloutdError
 from rolloutd.operations import plan_of
 from rolloutd.reconcile import NotLeading
-from rolloutd.store import queries
+from rolloutd.store import exposition, queries
 from rolloutd.store.db import transaction
-from rolloutd.store.models import Action, Event, Rollout
+from rolloutd.store.errors import StoreError
+from rolloutd.store.models import Rollout
 from rolloutd.store.outbox import outbox_stats
 from rolloutd.views import outline_of
+
+if TYPE_CHECKING:
+    from rolloutd.store.types import Session, Sessions
 
 log = structlog.get_logger("rolloutd.metrics")
 
@@ -54,7 +55,7 @@ class DaemonMetrics:
 
     def __init__(
         self,
-        sessions: sessionmaker[Session],
+        sessions: Sessions,
         *,
         instance: str,
         wall: Callable[[], datetime],
@@ -162,7 +163,7 @@ class _RoundTripCollector(Collector):
 class _StoreCollector(Collector):
     """Reads the database on each scrape; a failed read reports ``rolloutd_store_up 0``."""
 
-    def __init__(self, sessions: sessionmaker[Session], wall: Callable[[], datetime]) -> None:
+    def __init__(self, sessions: Sessions, wall: Callable[[], datetime]) -> None:
         self.sessions = sessions
         self.wall = wall
 
@@ -176,7 +177,7 @@ class _StoreCollector(Collector):
         try:
             with transaction(self.sessions) as session:
                 families = list(self._families(session, self.wall()))
-        except (RolloutdError, SQLAlchemyError) as exc:
+        except (RolloutdError, StoreError) as exc:
             log.warning("metrics: cannot read the database", error=str(exc).splitlines()[0])
             up.add_metric([], 0.0)
             yield up
@@ -246,14 +247,10 @@ class _StoreCollector(Collector):
                     gate_verdict.add_metric(
                         [*gate_labels, verdict.value], float(row.verdict == verdict.value)
                     )
-        if rollouts:
-            rows = session.execute(
-                select(Action.rollout_id, Action.kind, func.sum(Action.attempts))
-                .where(Action.rollout_id.in_([r.id for r in rollouts]))
-                .group_by(Action.rollout_id, Action.kind)
-            )
-            for rollout_id, kind, attempts in rows:
-                failures.add_metric([str(rollout_id), kind], float(attempts or 0))
+        for rollout_id, kind, attempts in exposition.attempts_by_kind(
+            session, [r.id for r in rollouts]
+        ):
+            failures.add_metric([str(rollout_id), kind], float(attempts))
         yield from (state, step, weight, gate_value, gate_verdict, gate_age, failures)
         yield from _causes(session, rollouts)
         yield from _outbox(session, now)
@@ -282,17 +279,11 @@ def _causes(session: Session, rollouts: list[Rollout]) -> Iterator[Metric]:
         labels=labels,
     )
     counted: dict[int, dict[str, int]] = {r.id: {} for r in rollouts}
-    if rollouts:
-        rows = session.execute(
-            select(Event.rollout_id, Event.kind, Event.detail, Event.data).where(
-                Event.rollout_id.in_(list(counted)),
-                Event.kind.in_(("paused", "step_extended")),
-            )
-        )
-        for rollout_id, kind, detail, data in rows:
-            key = kind if kind == "step_extended" else _hold_cause(detail, data)
-            counts = counted[rollout_id]
-            counts[key] = counts.get(key, 0) + 1
+    rows = exposition.events_of_kinds(session, list(counted), ("paused", "step_extended"))
+    for rollout_id, kind, detail, data in rows:
+        key = kind if kind == "step_extended" else _hold_cause(detail, data)
+        counts = counted[rollout_id]
+        counts[key] = counts.get(key, 0) + 1
     for rollout in rollouts:
         rollout_labels = [str(rollout.id), rollout.service, rollout.environment]
         facts = Progress.from_storage(rollout.progress).rollback
@@ -316,14 +307,7 @@ def _hold_cause(detail: str, data: dict[str, Any] | None) -> str:
 
 
 def _visible(session: Session, now: datetime) -> list[Rollout]:
-    since = now - ENDED_VISIBLE_FOR
-    return list(
-        session.scalars(
-            select(Rollout)
-            .where(Rollout.active.is_(True) | (Rollout.updated_at >= since))
-            .order_by(Rollout.id)
-        )
-    )
+    return exposition.visible_rollouts(session, now - ENDED_VISIBLE_FOR)
 
 
 def _outbox(session: Session, now: datetime) -> Iterator[Metric]:

@@ -19,11 +19,11 @@ from apscheduler.executors.pool import ThreadPoolExecutor
 from apscheduler.jobstores.base import JobLookupError
 from apscheduler.schedulers.background import BackgroundScheduler
 from apscheduler.triggers.interval import IntervalTrigger
-from sqlalchemy.exc import SQLAlchemyError
 
 from rolloutd.errors import RolloutdError
 from rolloutd.reconcile import NotLeading
 from rolloutd.reconcile.runs import EvaluationRuns
+from rolloutd.store.errors import StoreError
 
 log = structlog.get_logger("rolloutd.daemon")
 
@@ -82,7 +82,7 @@ class RunJobs:
             self.runs.reconcile()
         except NotLeading:
             return  # the lease lapsed between the main loop's turns; the next leader drives
-        except (RolloutdError, SQLAlchemyError) as exc:
+        except (RolloutdError, StoreError) as exc:
             log.error("evaluation runs pass failed", error=str(exc).splitlines()[0])
         except Exception:  # a bug must not kill the scheduler thread; it is logged in full
             log.exception("evaluation runs pass crashed")

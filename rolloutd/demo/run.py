@@ -16,10 +16,9 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from datetime import datetime
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pydantic import SecretStr
-from sqlalchemy.orm import Session, sessionmaker
 
 from rolloutd.analysis.base import MetricsSource
 from rolloutd.core.plan import Plan
@@ -44,6 +43,9 @@ from rolloutd.sim.traffic import TrafficGenerator
 from rolloutd.store import queries
 from rolloutd.store.db import make_engine, session_factory, transaction, upgrade
 from rolloutd.views import history_view, status_view
+
+if TYPE_CHECKING:
+    from rolloutd.store.types import Sessions
 
 TERMINAL = ("completed", "rolled_back", "aborted", "failed")
 
@@ -127,9 +129,7 @@ class DemoResult:
 Observer = Callable[[dict[str, Any], str | None], None]
 
 
-def prepare_artefacts(
-    sessions: sessionmaker[Session], plan: Plan, directory: Path, *, now: datetime
-) -> None:
+def prepare_artefacts(sessions: Sessions, plan: Plan, directory: Path, *, now: datetime) -> None:
     """Pin the plan's two artefact sets (small stand-in engine directories) and deploy the
     canary set on the canary replica, as an operator does before ``rolloutctl start``."""
     from rolloutd.deploy.catalog import build_set, pin

@@ -17,8 +17,6 @@ from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, cast
 
-from sqlalchemy import select
-
 from rolloutd.deploy.artefacts import (
     ENGINES,
     Engine,
@@ -30,13 +28,14 @@ from rolloutd.deploy.artefacts import (
     verify_directory,
 )
 from rolloutd.errors import BadInput, NotFound, Problem, Refused
+from rolloutd.store import artefacts
 from rolloutd.store.models import ArtefactSet
+from rolloutd.store.writes import add_row
 from rolloutd.userfiles import read_user_file, safe_yaml
 
 if TYPE_CHECKING:
-    from sqlalchemy.orm import Session
-
     from rolloutd.core.plan import Plan
+    from rolloutd.store.types import Session
 
 MAX_CONFIG_BYTES = 1024 * 1024
 NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,99}$"
@@ -150,7 +149,7 @@ def pin(session: Session, pinned: PinnedSet, *, now: datetime) -> bool:
 
     :raises Refused: the name is pinned with other content (sets are immutable).
     """
-    existing = session.scalar(select(ArtefactSet).where(ArtefactSet.name == pinned.name))
+    existing = artefacts.artefact_set_named(session, pinned.name)
     if existing is not None:
         if existing.digest == pinned.digest:
             return False
@@ -158,7 +157,8 @@ def pin(session: Session, pinned: PinnedSet, *, now: datetime) -> bool:
             f"artefact set {pinned.name!r} is pinned already with digest {existing.digest[:12]} "
             f"(this content is {pinned.digest[:12]}); sets are immutable: pin it under a new name"
         )
-    session.add(
+    add_row(
+        session,
         ArtefactSet(
             name=pinned.name,
             engine=pinned.engine,
@@ -168,15 +168,14 @@ def pin(session: Session, pinned: PinnedSet, *, now: datetime) -> bool:
             root=pinned.root,
             created_by=pinned.created_by,
             created_at=now,
-        )
+        ),
     )
-    session.flush()
     return True
 
 
 def find_set(session: Session, name: str) -> PinnedSet | None:
     """The pinned set called ``name``, or None."""
-    row = session.scalar(select(ArtefactSet).where(ArtefactSet.name == name))
+    row = artefacts.artefact_set_named(session, name)
     return None if row is None else _from_row(row)
 
 
@@ -196,8 +195,7 @@ def get_set(session: Session, name: str) -> PinnedSet:
 
 def list_sets(session: Session) -> list[tuple[PinnedSet, datetime]]:
     """Every pinned set with the time it was pinned, newest first."""
-    rows = session.scalars(select(ArtefactSet).order_by(ArtefactSet.created_at.desc()))
-    return [(_from_row(row), row.created_at) for row in rows]
+    return [(_from_row(row), row.created_at) for row in artefacts.artefact_sets(session)]
 
 
 def check_artefacts(session: Session, plan: Plan, *, verify_files: bool = True) -> list[str]:

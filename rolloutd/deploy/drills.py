@@ -17,16 +17,16 @@ from dataclasses import asdict, dataclass
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
-from sqlalchemy import ColumnElement, select
-
 from rolloutd.core.plan import Plan
 from rolloutd.deploy.artefacts import PinnedSet
 from rolloutd.deploy.base import Clock, DeployResult, Executor, Verification
 from rolloutd.deploy.catalog import find_set
+from rolloutd.store import artefacts
 from rolloutd.store.artefact_models import DeployRecord, Drill
+from rolloutd.store.writes import add_row
 
 if TYPE_CHECKING:
-    from sqlalchemy.orm import Session
+    from rolloutd.store.types import Session
 
 DRILL_ENVIRONMENT = "staging"
 
@@ -152,22 +152,21 @@ def start_drill(
         reason=None,
         detail={},
     )
-    session.add(drill)
-    session.flush()
-    return drill.id
+    return add_row(session, drill).id
 
 
 def finish_drill(
     session: Session, drill_id: int, outcome: DrillOutcome, *, executor: str, now: datetime
 ) -> None:
     """Record the drill's result and one deploy record per step."""
-    drill = session.get_one(Drill, drill_id)
+    drill = artefacts.drill_by_id(session, drill_id)
     drill.result = "passed" if outcome.passed else "failed"
     drill.finished_at = now
     drill.reason = outcome.reason
     drill.detail = outcome.as_dict()
     for step in outcome.steps:
-        session.add(
+        add_row(
+            session,
             _deploy_record(
                 step.result,
                 executor=executor,
@@ -175,9 +174,8 @@ def finish_drill(
                 duration_s=step.duration_s,
                 started_at=drill.started_at + timedelta(seconds=step.started_s),
                 drill_id=drill_id,
-            )
+            ),
         )
-    session.flush()
 
 
 def record_deploy(
@@ -197,9 +195,7 @@ def record_deploy(
         started_at=now,
         rollout_id=rollout_id,
     )
-    session.add(record)
-    session.flush()
-    return record.id
+    return add_row(session, record).id
 
 
 def _deploy_record(
@@ -232,31 +228,12 @@ def _deploy_record(
 
 def latest_drill(session: Session, stable_digest: str, canary_digest: str) -> Drill | None:
     """The newest staging drill of this (stable, canary) pair, whatever its result."""
-    return session.scalars(
-        select(Drill)
-        .where(*_of_pair(stable_digest, canary_digest))
-        .order_by(Drill.started_at.desc(), Drill.id.desc())
-        .limit(1)
-    ).first()
+    return artefacts.latest_drill(session, stable_digest, canary_digest, DRILL_ENVIRONMENT)
 
 
 def drill_passed(session: Session, stable_digest: str, canary_digest: str) -> bool:
     """Whether a staging drill of exactly this (stable, canary) pair has passed."""
-    found = session.scalar(
-        select(Drill.id)
-        .where(*_of_pair(stable_digest, canary_digest), Drill.result == "passed")
-        .limit(1)
-    )
-    return found is not None
-
-
-def _of_pair(stable_digest: str, canary_digest: str) -> tuple[ColumnElement[bool], ...]:
-    """The staging drills of exactly this (stable, canary) pair."""
-    return (
-        Drill.stable_digest == stable_digest,
-        Drill.canary_digest == canary_digest,
-        Drill.environment == DRILL_ENVIRONMENT,
-    )
+    return artefacts.drill_passed(session, stable_digest, canary_digest, DRILL_ENVIRONMENT)
 
 
 def drill_gate(session: Session, plan: Plan) -> str | None:

@@ -20,14 +20,15 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Protocol, TypeVar
-
-from sqlalchemy.orm import Session
+from typing import TYPE_CHECKING, Protocol, TypeVar
 
 from rolloutd.evaluation import records
 from rolloutd.evaluation.compare import CaseResult
 from rolloutd.evaluation.results import RunRole
 from rolloutd.evaluation.runner import Keep, RunAbandoned
+
+if TYPE_CHECKING:
+    from rolloutd.store.types import Session
 
 T = TypeVar("T")
 

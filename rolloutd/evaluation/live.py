@@ -26,9 +26,7 @@ from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
-from typing import Any
-
-from sqlalchemy.orm import Session
+from typing import TYPE_CHECKING, Any
 
 from rolloutd.core.durations import format_duration
 from rolloutd.core.plan import SampledSource
@@ -38,6 +36,9 @@ from rolloutd.evaluation.capture import CaptureRead
 from rolloutd.evaluation.suite import MAX_SUITE_BYTES, Suite, parse_suite
 from rolloutd.store import suite_jobs
 from rolloutd.store.suite_models import SuiteSample
+
+if TYPE_CHECKING:
+    from rolloutd.store.types import Session
 
 MAX_SAMPLED_BYTES = MAX_SUITE_BYTES
 MAX_PROBLEMS_KEPT = 20

@@ -14,13 +14,11 @@ from __future__ import annotations
 
 import json
 from datetime import datetime
-from typing import Any, TypeVarTuple
-
-from sqlalchemy import Select, func, select
-from sqlalchemy.orm import Session
+from typing import TYPE_CHECKING, Any
 
 from rolloutd.evaluation.compare import CaseResult, FieldResult
 from rolloutd.evaluation.results import RunRole, RunSummary
+from rolloutd.store import suite_runs
 from rolloutd.store.suite_models import (
     SuiteCaseResult,
     SuiteFieldResult,
@@ -28,7 +26,8 @@ from rolloutd.store.suite_models import (
     SuiteRun,
 )
 
-_Columns = TypeVarTuple("_Columns")
+if TYPE_CHECKING:
+    from rolloutd.store.types import Session
 
 # The attributes a run, a case and a field keep under the same name in memory and in the
 # store: one list serves both directions, so what is stored is what is read back.
@@ -82,29 +81,29 @@ def store_run(
         **_attributes(run, _RUN_COLUMNS + _RUN_FIGURES),
         **{key: run.extra.get(key) for key in _RUN_EXTRA},
     )
-    session.add(row)
-    session.flush()
+    suite_runs.add_rows(session, [row])
     case_rows = [_case_row(row.id, position, case) for position, case in enumerate(run.cases)]
-    session.add_all(case_rows)
-    session.flush()
-    session.add_all(
-        SuiteFieldResult(
-            case_result_id=case_row.id,
-            run_id=row.id,
-            expected=_json_or_none(result.expected, result.outcome == "extra"),
-            actual=_json_or_none(result.actual, result.outcome == "missing"),
-            **_attributes(result, _FIELD_COLUMNS),
-        )
-        for case_row, case in zip(case_rows, run.cases, strict=True)
-        for result in case.fields
+    suite_runs.add_rows(session, case_rows)
+    suite_runs.add_rows(
+        session,
+        (
+            SuiteFieldResult(
+                case_result_id=case_row.id,
+                run_id=row.id,
+                expected=_json_or_none(result.expected, result.outcome == "extra"),
+                actual=_json_or_none(result.actual, result.outcome == "missing"),
+                **_attributes(result, _FIELD_COLUMNS),
+            )
+            for case_row, case in zip(case_rows, run.cases, strict=True)
+            for result in case.fields
+        ),
     )
-    session.flush()
     return row.id
 
 
 def load_run(session: Session, run_id: int) -> RunSummary | None:
     """The run with its cases and fields, or None when there is no such run."""
-    row = session.get(SuiteRun, run_id)
+    row = suite_runs.run_row(session, run_id)
     return None if row is None else _summary(session, row)
 
 
@@ -121,34 +120,31 @@ def latest_run(
 ) -> RunSummary | None:
     """The newest run of the rollout for ``role``, optionally of one gate, one suite (by
     path or by digest), one job, and finished at or after ``since``."""
-    query = select(SuiteRun)
-    if job_id is not None:
-        query = query.where(SuiteRun.job_id == job_id)
-    if gate is not None:
-        query = query.where(SuiteRun.gate == gate)
-    if suite_path is not None:
-        query = query.where(SuiteRun.suite_path == suite_path)
-    if suite_sha256 is not None:
-        query = query.where(SuiteRun.suite_sha256 == suite_sha256)
-    row = session.scalars(_newest(query, rollout_id=rollout_id, role=role, since=since)).first()
+    row = suite_runs.newest_run_row(
+        session,
+        rollout_id=rollout_id,
+        role=role,
+        gate=gate,
+        suite_path=suite_path,
+        suite_sha256=suite_sha256,
+        since=since,
+        job_id=job_id,
+    )
     return None if row is None else _summary(session, row)
 
 
 def job_of_run(session: Session, run_id: int) -> int | None:
     """The job whose run ``run_id`` is (None for a run outside a job)."""
-    return session.scalar(select(SuiteRun.job_id).where(SuiteRun.id == run_id))
+    return suite_runs.job_of_run(session, run_id)
 
 
 def last_run_at(
     session: Session, *, rollout_id: int, gate: str, step_index: int | None = None
 ) -> datetime | None:
     """When the gate's newest canary run finished (during ``step_index``, if given)."""
-    query = select(SuiteRun.finished_at).where(
-        SuiteRun.rollout_id == rollout_id, SuiteRun.gate == gate, SuiteRun.role == "canary"
+    return suite_runs.last_canary_run_at(
+        session, rollout_id=rollout_id, gate=gate, step_index=step_index
     )
-    if step_index is not None:
-        query = query.where(SuiteRun.step_index == step_index)
-    return session.scalars(query.order_by(SuiteRun.finished_at.desc()).limit(1)).first()
 
 
 def run_number(
@@ -156,14 +152,10 @@ def run_number(
 ) -> int:
     """Which of the gate's canary runs of ``suite_path`` in the rollout ``run_id`` is (1 for
     the first): how many were stored up to and including it."""
-    query = select(func.count()).where(
-        SuiteRun.rollout_id == rollout_id,
-        SuiteRun.gate == gate,
-        SuiteRun.role == "canary",
-        SuiteRun.suite_path == suite_path,
-        SuiteRun.id <= run_id,
+    count = suite_runs.canary_runs_up_to(
+        session, rollout_id=rollout_id, gate=gate, suite_path=suite_path, run_id=run_id
     )
-    return max(1, int(session.scalar(query) or 0))
+    return max(1, count)
 
 
 def schema_counts(
@@ -173,9 +165,8 @@ def schema_counts(
 
     This is what the schema gates add to the live counts; (0, 0, None) when there is no run.
     """
-    query = select(SuiteRun.schema_violations, SuiteRun.tool_calls, SuiteRun.id)
-    row = session.execute(_newest(query, rollout_id=rollout_id, role=role, since=since)).first()
-    return (0, 0, None) if row is None else (int(row[0]), int(row[1]), int(row[2]))
+    found = suite_runs.newest_run_counts(session, rollout_id=rollout_id, role=role, since=since)
+    return (0, 0, None) if found is None else found
 
 
 def keep_cases(
@@ -188,42 +179,34 @@ def keep_cases(
     now: datetime,
 ) -> None:
     """Keep the results of ``cases`` (position in the suite, result) in the job's run."""
-    session.add_all(
-        SuiteJobCase(
-            job_id=job_id,
-            suite_sha256=suite_sha256,
-            role=role,
-            case_id=case.case_id,
-            position=position,
-            result=case_json(case),
-            kept_at=now,
-        )
-        for position, case in cases
+    suite_runs.add_rows(
+        session,
+        (
+            SuiteJobCase(
+                job_id=job_id,
+                suite_sha256=suite_sha256,
+                role=role,
+                case_id=case.case_id,
+                position=position,
+                result=case_json(case),
+                kept_at=now,
+            )
+            for position, case in cases
+        ),
     )
-    session.flush()
 
 
 def kept_cases(
     session: Session, *, job_id: int, suite_sha256: str, role: RunRole
 ) -> dict[int, CaseResult]:
     """The results the job's run of the suite has kept for ``role``, by position."""
-    rows = session.execute(
-        select(SuiteJobCase.position, SuiteJobCase.result).where(
-            SuiteJobCase.job_id == job_id,
-            SuiteJobCase.suite_sha256 == suite_sha256,
-            SuiteJobCase.role == role,
-        )
-    )
-    return {int(position): case_of_json(result) for position, result in rows}
+    rows = suite_runs.kept_case_rows(session, job_id=job_id, suite_sha256=suite_sha256, role=role)
+    return {position: case_of_json(result) for position, result in rows}
 
 
 def first_kept_at(session: Session, *, job_id: int, suite_sha256: str) -> datetime | None:
     """When the job's run of the suite kept its first result (the run's start, resumed)."""
-    return session.scalar(
-        select(func.min(SuiteJobCase.kept_at)).where(
-            SuiteJobCase.job_id == job_id, SuiteJobCase.suite_sha256 == suite_sha256
-        )
-    )
+    return suite_runs.first_kept_at(session, job_id=job_id, suite_sha256=suite_sha256)
 
 
 def case_json(case: CaseResult) -> dict[str, Any]:
@@ -251,17 +234,6 @@ def case_of_json(data: dict[str, Any]) -> CaseResult:
     )
 
 
-def _newest(
-    query: Select[*_Columns], *, rollout_id: int, role: RunRole, since: datetime | None
-) -> Select[*_Columns]:
-    """``query`` narrowed to the rollout's newest run for ``role`` finished at or after
-    ``since``."""
-    query = query.where(SuiteRun.rollout_id == rollout_id, SuiteRun.role == role)
-    if since is not None:
-        query = query.where(SuiteRun.finished_at >= since)
-    return query.order_by(SuiteRun.finished_at.desc(), SuiteRun.id.desc()).limit(1)
-
-
 def _case_row(run_id: int, position: int, case: CaseResult) -> SuiteCaseResult:
     return SuiteCaseResult(
         run_id=run_id,
@@ -272,16 +244,8 @@ def _case_row(run_id: int, position: int, case: CaseResult) -> SuiteCaseResult:
 
 
 def _summary(session: Session, row: SuiteRun) -> RunSummary:
-    case_rows = session.scalars(
-        select(SuiteCaseResult)
-        .where(SuiteCaseResult.run_id == row.id)
-        .order_by(SuiteCaseResult.position)
-    ).all()
-    field_rows = session.scalars(
-        select(SuiteFieldResult)
-        .where(SuiteFieldResult.run_id == row.id)
-        .order_by(SuiteFieldResult.id)
-    ).all()
+    case_rows = suite_runs.case_rows(session, row.id)
+    field_rows = suite_runs.field_rows(session, row.id)
     fields: dict[int, list[FieldResult]] = {}
     for field_row in field_rows:
         fields.setdefault(field_row.case_result_id, []).append(

@@ -30,8 +30,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime
 from pathlib import Path
-
-from sqlalchemy.orm import Session, sessionmaker
+from typing import TYPE_CHECKING
 
 from rolloutd.analysis.base import Evaluation, Role
 from rolloutd.clock import utc_now
@@ -48,6 +47,9 @@ from rolloutd.evaluation.runner import RunnerOptions, run_suite_async
 from rolloutd.evaluation.suite import Suite, load_suite
 from rolloutd.store import suite_jobs
 from rolloutd.store.db import transaction
+
+if TYPE_CHECKING:
+    from rolloutd.store.types import Session, Sessions
 
 LIVE = "live"
 """The label of a gate's ``sampled`` source: its cases are sampled afresh at each run from
@@ -91,7 +93,7 @@ def endpoints(plan: Plan, spec: SuiteGate) -> tuple[str, str]:
 
 
 def run_suite_for_gate(
-    sessions: sessionmaker[Session],
+    sessions: Sessions,
     *,
     plan: Plan,
     spec: SuiteGate,
@@ -296,7 +298,7 @@ def _stored_pair(
 
 
 def _run_pair(
-    sessions: sessionmaker[Session],
+    sessions: Sessions,
     plan: Plan,
     spec: SuiteGate,
     suite: Suite,

@@ -15,25 +15,20 @@ import math
 import re
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from urllib.parse import quote, urlsplit
-
-from sqlalchemy import Connection, Integer, cast, extract, func, select
-from sqlalchemy.orm import Session
 
 from rolloutd.errors import NotFound
 from rolloutd.operations import plan_of
 from rolloutd.redact import scrub
-from rolloutd.store import queries
-from rolloutd.store.artefact_models import Drill
+from rolloutd.store import page_reads, queries
 from rolloutd.store.evaluations import roles_of
-from rolloutd.store.models import ArtefactSet, Event, GateEvaluation, Rollout, StepProgress
 from rolloutd.store.retention import DECISIVE_EVENTS
-from rolloutd.store.suite_models import SuiteFieldResult, SuiteRun
 from rolloutd.views import history_view, status_view
 
-_EV = GateEvaluation.__table__.c
-"""Its columns, read with Core: the ORM's per-row work shows at 200,000 rows."""
+if TYPE_CHECKING:
+    from rolloutd.store.types import Session
+
 MAX_POINTS = 600
 """Evaluations drawn per gate, at most, besides the decisive ones."""
 _THRESHOLD = re.compile(r"^\s*(<=|>=|<|>)\s*(-?[0-9.]+(?:e-?[0-9]+)?)")
@@ -99,21 +94,15 @@ def version(session: Session, rollout_id: int) -> str:
 
     :raises NotFound: no rollout ``rollout_id``.
     """
-    newest_evaluation = session.scalar(
-        select(func.max(GateEvaluation.id)).where(GateEvaluation.rollout_id == rollout_id)
-    )
-    newest_event = session.scalar(select(func.max(Event.id)).where(Event.rollout_id == rollout_id))
-    revision = session.scalar(select(Rollout.revision).where(Rollout.id == rollout_id))
+    revision, newest_evaluation, newest_event = page_reads.page_version(session, rollout_id)
     if revision is None:
         raise NotFound(f"no rollout {rollout_id}")
-    return f"{revision}-{newest_evaluation or 0}-{newest_event or 0}"
+    return f"{revision}-{newest_evaluation}-{newest_event}"
 
 
 def list_version(session: Session) -> str:
     """A token that changes whenever a rollout is created or written."""
-    count, newest = session.execute(
-        select(func.count(Rollout.id), func.max(Rollout.updated_at))
-    ).one()
+    count, newest = page_reads.rollouts_version(session)
     return f"{count}-{newest.isoformat() if newest else ''}"
 
 
@@ -136,20 +125,10 @@ def rollout_page(session: Session, rollout_id: int, *, now: datetime) -> Rollout
             "verified_at": s.verified_at,
             "completed_at": s.completed_at,
         }
-        for s in session.scalars(
-            select(StepProgress)
-            .where(StepProgress.rollout_id == rollout_id)
-            .order_by(StepProgress.step_index)
-        )
+        for s in queries.list_steps(session, rollout_id)
     ]
     stored = _stored(session, rollout_id)
-    decisions = list(
-        session.execute(
-            select(Event.at, Event.kind, Event.data)
-            .where(Event.rollout_id == rollout_id, Event.kind.in_(DECISIVE_EVENTS))
-            .order_by(Event.at)
-        )
-    )
+    decisions = page_reads.events_of_kinds(session, rollout_id, DECISIVE_EVENTS)
     started = min([rollout.created_at, *(g.first for g in stored.values())])
     ended = max([rollout.updated_at, *(g.last for g in stored.values())])
     if status["state"] in ("running", "pending", "paused", "awaiting_promotion"):
@@ -178,7 +157,6 @@ def _charts(
     started: datetime,
     ended: datetime,
 ) -> list[GateChart]:
-    connection = session.connection()
     rollback = next((d for d in decisions if d.kind == "rollback_started"), None)
     slice_seconds = max(1.0, (ended - started).total_seconds() / MAX_POINTS)
     charts = []
@@ -187,12 +165,18 @@ def _charts(
         keep: set[int] = set()
         decider = None
         if found is not None:
-            keep = _thinned(connection, found, decisions, started, slice_seconds)
+            keep = _thinned(session, found, decisions, started, slice_seconds)
             if rollback is not None and (rollback.data or {}).get("gate") == name:
-                decider = _newest_until(connection, found, rollback.at)
-        points = _points(connection, keep, decider)
-        threshold = _threshold_text(session, found)
-        query, link = _query_link(session, found, plan)
+                decider = page_reads.newest_evaluation_until(
+                    session, found.rollout_id, name, rollback.at
+                )
+        points = _points(session, keep, decider)
+        threshold, query = (
+            (None, None)
+            if found is None
+            else page_reads.threshold_and_query(session, found.newest_id)
+        )
+        link = _prometheus_link(query, plan)
         charts.append(
             GateChart(
                 name=name,
@@ -225,12 +209,7 @@ class Stored:
 def _stored(session: Session, rollout_id: int) -> dict[str, Stored]:
     """Each gate's evaluations in one aggregate: how many, over what time, in which roles."""
     found: dict[str, Stored] = {}
-    for gate, role, count, first, last, newest in session.connection().execute(
-        select(_EV.gate, _EV.role, func.count(), func.min(_EV.evaluated_at))
-        .add_columns(func.max(_EV.evaluated_at), func.max(_EV.id))
-        .where(_EV.rollout_id == rollout_id)
-        .group_by(_EV.gate, _EV.role)
-    ):
+    for gate, role, count, first, last, newest in page_reads.evaluation_spans(session, rollout_id):
         seen = found.get(gate)
         if seen is None:
             found[gate] = Stored(rollout_id, gate, count, first, last, newest, set(roles_of(role)))
@@ -243,7 +222,7 @@ def _stored(session: Session, rollout_id: int) -> dict[str, Stored]:
 
 
 def _thinned(
-    connection: Connection,
+    session: Session,
     gate: Stored,
     decisions: list[Any],
     started: datetime,
@@ -253,15 +232,13 @@ def _thinned(
     ``MAX_POINTS``; beyond, every verdict change and the newest of each step (one pass over
     three narrow columns, in the index's order), the newest at every decision (an index
     seek each), and one per slice of the rollout's span (one grouped query)."""
-    mine = (_EV.rollout_id == gate.rollout_id) & (_EV.gate == gate.gate)
-    in_order = select(_EV.id, _EV.step_index, _EV.verdict).where(mine)
-    in_order = in_order.order_by(_EV.evaluated_at, _EV.id)
+    in_order = page_reads.evaluation_verdicts(session, gate.rollout_id, gate.gate)
     if gate.count <= MAX_POINTS:
-        return {id_ for id_, _, _ in connection.execute(in_order)}
+        return {id_ for id_, _, _ in in_order}
     keep: set[int] = set()
     previous: tuple[int, str] | None = None
     last_id = 0
-    for id_, step, verdict in connection.execute(in_order):
+    for id_, step, verdict in in_order:
         if previous is None or previous[0] != step:
             if previous is not None:
                 keep.add(last_id)  # the newest of the step before
@@ -271,44 +248,21 @@ def _thinned(
         previous, last_id = (step, verdict), id_
     keep.add(last_id)
     for decision in decisions:
-        newest = _newest_until(connection, gate, decision.at)
+        newest = page_reads.newest_evaluation_until(
+            session, gate.rollout_id, gate.gate, decision.at
+        )
         if newest is not None:
             keep.add(newest)
-    since = started.timestamp()
-    slice_ = cast((extract("epoch", _EV.evaluated_at) - since) / slice_seconds, Integer)
-    keep.update(connection.execute(select(func.max(_EV.id)).where(mine).group_by(slice_)).scalars())
+    keep.update(
+        page_reads.newest_per_slice(session, gate.rollout_id, gate.gate, started, slice_seconds)
+    )
     return keep
 
 
-def _newest_until(connection: Connection, gate: Stored, at: datetime) -> int | None:
-    """The id of the gate's newest evaluation at or before ``at``: what a decision then saw."""
-    return connection.execute(
-        select(_EV.id)
-        .where(_EV.rollout_id == gate.rollout_id, _EV.gate == gate.gate, _EV.evaluated_at <= at)
-        .order_by(_EV.evaluated_at.desc(), _EV.id.desc())
-        .limit(1)
-    ).scalar()
-
-
-def _points(connection: Connection, ids: set[int], decider: int | None) -> list[Point]:
+def _points(session: Session, ids: set[int], decider: int | None) -> list[Point]:
     if not ids:
         return []
-    found: list[Any] = []
-    wanted = sorted(ids)
-    for start in range(0, len(wanted), 900):
-        found.extend(
-            connection.execute(
-                select(
-                    _EV.id,
-                    _EV.evaluated_at,
-                    _EV.step_index,
-                    _EV.verdict,
-                    _EV.value,
-                    _EV.reason,
-                    _EV.evidence,
-                ).where(_EV.id.in_(wanted[start : start + 900]))
-            )
-        )
+    found = page_reads.evaluation_points(session, sorted(ids))
     found.sort(key=lambda row: (row.evaluated_at, row.id))
     points = []
     for row in found:
@@ -332,14 +286,6 @@ def _points(connection: Connection, ids: set[int], decider: int | None) -> list[
     return points
 
 
-def _threshold_text(session: Session, gate: Stored | None) -> str | None:
-    if gate is None:
-        return None
-    return session.scalar(
-        select(GateEvaluation.threshold).where(GateEvaluation.id == gate.newest_id)
-    )
-
-
 def _limit(threshold: str | None) -> float | None:
     """The number a threshold such as ``<= 0.01`` draws as a line, if it names one."""
     match = _THRESHOLD.match(threshold or "")
@@ -349,20 +295,17 @@ def _limit(threshold: str | None) -> float | None:
     return value if math.isfinite(value) else None
 
 
-def _query_link(session: Session, gate: Stored | None, plan: Any) -> tuple[str | None, str | None]:
-    """The gate's newest query, and a link to it in Prometheus' graph page when the
-    plan's source is Prometheus (without any credentials in the URL)."""
-    if gate is None:
-        return None, None
-    query = session.scalar(select(GateEvaluation.query).where(GateEvaluation.id == gate.newest_id))
+def _prometheus_link(query: str | None, plan: Any) -> str | None:
+    """A link to the gate's newest query in Prometheus' graph page when the plan's source is
+    Prometheus (without any credentials in the URL)."""
     url = getattr(plan.metrics, "url", None)
     if not query or plan.metrics.source != "prometheus" or not url:
-        return query, None
+        return None
     parts = urlsplit(url)
     host = parts.hostname or ""
     netloc = f"{host}:{parts.port}" if parts.port else host
     base = f"{parts.scheme}://{netloc}{parts.path.rstrip('/')}"
-    return query, f"{base}/graph?g0.expr={quote(query)}&g0.tab=0"
+    return f"{base}/graph?g0.expr={quote(query)}&g0.tab=0"
 
 
 def _weights(
@@ -382,24 +325,11 @@ def _weights(
 
 
 def _suite_runs(session: Session, rollout_id: int) -> list[dict[str, Any]]:
-    runs = list(
-        session.scalars(
-            select(SuiteRun).where(SuiteRun.rollout_id == rollout_id).order_by(SuiteRun.id)
-        )
-    )
+    runs = page_reads.suite_runs_of(session, rollout_id)
     if not runs:
         return []
     fields: dict[int, dict[str, dict[str, int]]] = {}
-    for run_id, name, outcome, count in session.execute(
-        select(
-            SuiteFieldResult.run_id,
-            SuiteFieldResult.field,
-            SuiteFieldResult.outcome,
-            func.count(),
-        )
-        .where(SuiteFieldResult.run_id.in_([r.id for r in runs]))
-        .group_by(SuiteFieldResult.run_id, SuiteFieldResult.field, SuiteFieldResult.outcome)
-    ):
+    for run_id, name, outcome, count in page_reads.field_outcomes(session, [r.id for r in runs]):
         fields.setdefault(run_id, {}).setdefault(name, {})[outcome] = count
     return [
         {
@@ -419,7 +349,7 @@ def _suite_runs(session: Session, rollout_id: int) -> list[dict[str, Any]]:
 
 
 def _artefacts(session: Session, names: list[str]) -> list[dict[str, Any]]:
-    found = session.scalars(select(ArtefactSet).where(ArtefactSet.name.in_(names)))
+    found = page_reads.artefact_sets_named(session, names)
     return [
         {
             "name": a.name,
@@ -433,9 +363,7 @@ def _artefacts(session: Session, names: list[str]) -> list[dict[str, Any]]:
 
 
 def _drills(session: Session, plan_name: str, environment: str) -> list[dict[str, Any]]:
-    found = session.scalars(
-        select(Drill).where(Drill.plan_name == plan_name).order_by(Drill.id.desc()).limit(10)
-    )
+    found = page_reads.drills_of_plan(session, plan_name, 10)
     return [
         {
             "id": d.id,

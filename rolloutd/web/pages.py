@@ -11,18 +11,19 @@ from __future__ import annotations
 import json
 from datetime import datetime
 from importlib import resources
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import jinja2
-from sqlalchemy import select
-from sqlalchemy.orm import Session
 
 from rolloutd.core.progress import State, shown_state
 from rolloutd.redact import scrub
-from rolloutd.store.models import Rollout
+from rolloutd.store import page_reads
 from rolloutd.views import current_state, status_view
 from rolloutd.web.charts import gate_svg, weight_svg
 from rolloutd.web.data import list_version, rollout_page
+
+if TYPE_CHECKING:
+    from rolloutd.store.types import Session
 
 SHOWN = 50
 """Rollouts on the list page, newest first, after the filters."""
@@ -43,7 +44,7 @@ def static(name: str) -> tuple[bytes, str] | None:
 
 def index_page(session: Session, filters: dict[str, str], *, now: datetime) -> str:
     """The list of rollouts, newest first, filtered by service, environment and state."""
-    rollouts = list(session.scalars(select(Rollout).order_by(Rollout.id.desc())))
+    rollouts = page_reads.all_rollouts(session)
     services = sorted({r.service for r in rollouts})
     environments = sorted({r.environment for r in rollouts})
     rows = []

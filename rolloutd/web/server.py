@@ -18,14 +18,16 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 from http.cookies import SimpleCookie
+from typing import TYPE_CHECKING
 from urllib.parse import parse_qs
-
-from sqlalchemy.orm import Session, sessionmaker
 
 from rolloutd.errors import NotFound
 from rolloutd.store.db import transaction
 from rolloutd.web import pages
 from rolloutd.web.data import list_version, version
+
+if TYPE_CHECKING:
+    from rolloutd.store.types import Sessions
 
 COOKIE = "rolloutd_ui"
 _ROLLOUT = re.compile(r"^/rollouts/(\d{1,18})(/version)?$")
@@ -55,7 +57,7 @@ class WebView:
 
     def __init__(
         self,
-        sessions: sessionmaker[Session],
+        sessions: Sessions,
         *,
         host: str,
         token: str | None,

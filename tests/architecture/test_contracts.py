@@ -58,6 +58,8 @@ def test_the_unchanged_tree_keeps_every_contract(tmp_path: Path) -> None:
         ("rolloutd/routers/filedriver.py", "import rolloutd.store.queries", "Drivers never touch"),
         ("rolloutd/deploy/triton.py", "import sqlalchemy", "Drivers never touch"),
         ("rolloutd/reconcile/tick.py", "import rolloutd.sim.engine", "The simulated fleet"),
+        ("rolloutd/reconcile/tick.py", "from sqlalchemy import select", "SQL stays in the store"),
+        ("rolloutd/web/data.py", "import sqlalchemy.orm", "SQL stays in the store"),
     ],
 )
 def test_a_forbidden_import_breaks_its_contract(
