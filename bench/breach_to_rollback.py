@@ -33,10 +33,10 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench._common import add_server_option, scratch_database
-from rolloutd.analysis.base import MeasurementError
-from rolloutd.analysis.prometheus import PrometheusMetrics
-from rolloutd.analysis.templates import load_templates
+from rolloutd.gates.base import MeasurementError
 from rolloutd.logs import configure_logging
+from rolloutd.metrics.prometheus import PrometheusMetrics
+from rolloutd.metrics.templates import load_templates
 from tests.e2e.services import SCRAPE_INTERVAL_S
 from tests.e2e.stack import CANARY, Stack, binaries_present, wait_until
 

@@ -70,13 +70,10 @@ from bench.traffic import (
     Traffic,
     simulate,
 )
-from rolloutd.analysis.base import Judging, Measurement, Pool
-from rolloutd.analysis.comparisons import compare_rates
-from rolloutd.analysis.gates import evaluate_gate
-from rolloutd.analysis.sequential import Segment, beta_binomial_log_bf, rate_ratio_test
-from rolloutd.analysis.stratified import Tally, block_count, blocks_from_cuts
 from rolloutd.core.actions import Verdict
 from rolloutd.core.plan import Plan
+from rolloutd.core.stats.sequential import Segment, beta_binomial_log_bf, rate_ratio_test
+from rolloutd.core.stats.stratified import Tally, block_count, blocks_from_cuts
 from rolloutd.evaluation.statistics import (
     PairedCounts,
     exact_critical_z,
@@ -85,6 +82,9 @@ from rolloutd.evaluation.statistics import (
     spent_alpha,
     worse_p_value,
 )
+from rolloutd.gates.base import Judging, Measurement, Pool
+from rolloutd.gates.comparisons import compare_rates
+from rolloutd.gates.evaluate import evaluate_gate
 from rolloutd.planfile import load_plan
 
 ALPHA = 0.05
@@ -314,7 +314,7 @@ class TrafficSource:
 
     def measure(self, signal: str, pool: Pool, window: timedelta, now: datetime) -> Measurement:
         """Events and exposure of ``signal`` on ``pool`` over ``window`` ending at ``now``."""
-        from rolloutd.analysis.base import MeasurementError
+        from rolloutd.gates.base import MeasurementError
 
         end = (now - self.start).total_seconds()
         events, exposure = SIGNALS[_SIGNAL_OF[signal]]

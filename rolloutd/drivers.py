@@ -15,11 +15,11 @@ import threading
 from collections.abc import Callable
 from typing import Protocol, TypeVar
 
-from rolloutd.analysis.base import MetricsSource
-from rolloutd.analysis.sources import FileMetrics, MemoryMetrics
 from rolloutd.core.plan import FileRouterSpec, MemoryRouterSpec, Plan
 from rolloutd.deploy.base import Executor
 from rolloutd.errors import PermanentError
+from rolloutd.gates.base import MetricsSource
+from rolloutd.metrics.sources import FileMetrics, MemoryMetrics
 from rolloutd.routers.base import MemoryRouter, Router
 from rolloutd.routers.filedriver import FileRouter
 
@@ -139,9 +139,9 @@ class PlanDrivers:
                     "name in gates/ (vllm, triton-trtllm) or a path to one"
                 )
             # Imported here: the Prometheus client is the daemon's business, not the CLI's.
-            from rolloutd.analysis.prometheus import PrometheusMetrics
-            from rolloutd.analysis.templates import Labels, load_templates
             from rolloutd.errors import BadInput
+            from rolloutd.metrics.prometheus import PrometheusMetrics
+            from rolloutd.metrics.templates import Labels, load_templates
 
             try:
                 templates = load_templates(spec.templates).with_overrides(spec.overrides)

@@ -24,7 +24,7 @@ from rolloutd.errors import BadInput, Problem
 from rolloutd.userfiles import read_user_file, refuse_deep_yaml, refusing_deep_nesting
 
 if TYPE_CHECKING:
-    from rolloutd.analysis.templates import Templates
+    from rolloutd.metrics.templates import Templates
 
 MAX_PLAN_BYTES = 1024 * 1024
 
@@ -81,7 +81,7 @@ def _check_templates(plan: Plan, source: str) -> Templates | None:
     metrics = plan.metrics
     if metrics.source != "prometheus" or metrics.templates is None:
         return None
-    from rolloutd.analysis.templates import load_templates, signal_problems
+    from rolloutd.metrics.templates import load_templates, signal_problems
 
     with refusing_deep_nesting(metrics.templates):
         loaded = load_templates(metrics.templates)
@@ -122,7 +122,7 @@ def _latency_edges(templates: Templates | None) -> dict[str, tuple[str, Sequence
 def _load_signal_warnings(plan: Plan, templates: Templates | None) -> list[tuple[str, str]]:
     """Gates that need the pools' load while the templates cannot measure it: they would
     never pass (the load is unknown)."""
-    from rolloutd.analysis.load import LOAD_SIGNALS
+    from rolloutd.gates.load import LOAD_SIGNALS
 
     if templates is None or any(name in templates.signals for name in LOAD_SIGNALS):
         return []

@@ -13,11 +13,11 @@ from typing import TYPE_CHECKING, Any
 import yaml
 from sqlalchemy import update
 
-from rolloutd.analysis.base import MetricsSource
-from rolloutd.analysis.sources import MemoryMetrics
 from rolloutd.core.plan import Plan
 from rolloutd.deploy.base import Executor
 from rolloutd.deploy.executors import build_executor
+from rolloutd.gates.base import MetricsSource
+from rolloutd.metrics.sources import MemoryMetrics
 from rolloutd.operations import start_rollout
 from rolloutd.planfile import parse_plan
 from rolloutd.reconcile import Reconciler

@@ -2,7 +2,7 @@
 
 A small regression (escalations 5% -> 6%) is judged by the final look: one stratified
 (Cochran-Mantel-Haenszel) test over every step carrying the gate, at the share of ``alpha``
-the every-tick test leaves (``rolloutd.analysis.stratified``). Whether it can see the
+the every-tick test leaves (``rolloutd.core.stats.stratified``). Whether it can see the
 regression is a question of exposure, which the plan fixes before the rollout starts: the
 weights of the steps, how long each bakes, and how much traffic there is. With the plan's
 ``traffic`` and a gate's ``detect: {from, to}``, :func:`power_warnings` computes that chance

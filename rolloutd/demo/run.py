@@ -20,7 +20,6 @@ from typing import TYPE_CHECKING, Any
 
 from pydantic import SecretStr
 
-from rolloutd.analysis.base import MetricsSource
 from rolloutd.core.plan import Plan
 from rolloutd.daemon.service import Daemon
 from rolloutd.demo.clock import ScaledClock
@@ -30,6 +29,7 @@ from rolloutd.demo.splitter import Splitter
 from rolloutd.deploy.base import Executor
 from rolloutd.deploy.executors import build_executor
 from rolloutd.errors import DatabaseUnavailable
+from rolloutd.gates.base import MetricsSource
 from rolloutd.operations import start_rollout, submit_command
 from rolloutd.planfile import load_plan
 from rolloutd.routers.base import Router

@@ -31,10 +31,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from rolloutd.analysis import toolcalls
-from rolloutd.analysis.toolcalls import parse_arguments, same_json, schema_validator
 from rolloutd.core.suite_outcomes import FIELD_OUTCOMES, CaseOutcome, FieldOutcome
 from rolloutd.evaluation.suite import MAX_DEPTH, SuiteCase, nests_deeper
+from rolloutd.gates import toolcalls
+from rolloutd.gates.toolcalls import parse_arguments, same_json, schema_validator
 
 GOOD_FIELD: frozenset[str] = frozenset({"correct", "format"})
 

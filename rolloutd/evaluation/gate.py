@@ -32,7 +32,6 @@ from dataclasses import replace
 from datetime import datetime
 from typing import Any
 
-from rolloutd.analysis.base import Evaluation, Role
 from rolloutd.core.actions import Verdict
 from rolloutd.core.plan import SuiteGate
 from rolloutd.evaluation.results import FieldTally, RunSummary
@@ -46,6 +45,7 @@ from rolloutd.evaluation.statistics import (
     spent_alpha,
     worse_p_value,
 )
+from rolloutd.gates.base import Evaluation, Role
 
 WHOLE_CALL = "(whole call)"
 """The row of the per-field table that tests whole calls."""

@@ -51,12 +51,12 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from rolloutd.analysis.preflight import Check, Found, first_step_gates
 from rolloutd.core.durations import format_duration
 from rolloutd.core.plan import Plan, SuiteGate
 from rolloutd.errors import BadInput
 from rolloutd.evaluation.capture import Captured, CaptureRead, read_capture
 from rolloutd.evaluation.suite import Suite, parse_suite
+from rolloutd.metrics.preflight import Check, Found, first_step_gates
 
 MAX_CASE_BYTES = 1024 * 1024
 """A request and its answer taking more than this are dropped as ``over size``."""

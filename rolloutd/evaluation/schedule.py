@@ -32,7 +32,6 @@ from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from rolloutd.analysis.base import Evaluation, Role
 from rolloutd.clock import utc_now
 from rolloutd.core.actions import Verdict
 from rolloutd.core.plan import Plan, SuiteGate
@@ -45,6 +44,7 @@ from rolloutd.evaluation.live import Unusable, live_suite, seed_of
 from rolloutd.evaluation.results import RunRole, RunSummary
 from rolloutd.evaluation.runner import RunnerOptions, run_suite_async
 from rolloutd.evaluation.suite import Suite, load_suite
+from rolloutd.gates.base import Evaluation, Role
 from rolloutd.store import suite_jobs
 from rolloutd.store.db import transaction
 

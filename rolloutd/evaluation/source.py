@@ -17,7 +17,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
-from rolloutd.analysis.base import Measurement, MeasurementError, MetricsSource, Pool
+from rolloutd.gates.base import Measurement, MeasurementError, MetricsSource, Pool
 
 SuiteCounts = tuple[int, int, int | None]
 """(schema violations, tool calls, run id) of the newest suite run for a pool."""

@@ -44,7 +44,7 @@ from dataclasses import asdict, dataclass
 from statistics import NormalDist
 from typing import Any
 
-from rolloutd.analysis.sequential import beta_upper_tail
+from rolloutd.core.stats.sequential import beta_upper_tail
 
 _NORMAL = NormalDist()
 # The nuisance grid of the exact max-drop test, denser where few pairs flip, then a golden

@@ -14,10 +14,10 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from rolloutd.analysis.base import Pool
 from rolloutd.core.plan import Plan, SuiteGate
 from rolloutd.core.progress import Progress
 from rolloutd.evaluation.source import SuiteCounts
+from rolloutd.gates.base import Pool
 from rolloutd.operations import plan_of
 from rolloutd.reconcile import records
 from rolloutd.reconcile.perform import Attempt

@@ -13,15 +13,15 @@ from __future__ import annotations
 
 from datetime import datetime, timedelta
 
-from rolloutd.analysis.base import Evaluation, Judging, MetricsSource, Role
-from rolloutd.analysis.budget import Budgeted
-from rolloutd.analysis.gates import evaluate_gate
-from rolloutd.analysis.windows import bake_over, earlier_windows, final_window
 from rolloutd.core.actions import GateResult, Verdict
 from rolloutd.core.plan import Plan, SuiteGate
 from rolloutd.drivers import Drivers
 from rolloutd.errors import PermanentError
 from rolloutd.evaluation.source import SuiteFedSource
+from rolloutd.gates.base import Evaluation, Judging, MetricsSource, Role
+from rolloutd.gates.evaluate import evaluate_gate
+from rolloutd.gates.windows import bake_over, earlier_windows, final_window
+from rolloutd.metrics.budget import Budgeted
 from rolloutd.reconcile.facts import Facts
 from rolloutd.reconcile.suites import Suites
 

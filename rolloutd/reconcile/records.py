@@ -12,10 +12,10 @@ from dataclasses import dataclass, field, fields
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
-from rolloutd.analysis.base import Evaluation
 from rolloutd.core.actions import Command, GateResult, Verdict
 from rolloutd.core.plan import Plan
 from rolloutd.core.progress import Progress
+from rolloutd.gates.base import Evaluation
 from rolloutd.store import queries
 from rolloutd.store.evaluations import GateRole
 

@@ -34,7 +34,6 @@ from typing import TYPE_CHECKING
 
 import structlog
 
-from rolloutd.analysis.base import Role
 from rolloutd.core.actions import Verdict
 from rolloutd.core.plan import Plan, SuiteGate
 from rolloutd.core.progress import Progress
@@ -42,6 +41,7 @@ from rolloutd.errors import RolloutdError
 from rolloutd.evaluation.held import JobRef
 from rolloutd.evaluation.runner import RunAbandoned, RunnerOptions
 from rolloutd.evaluation.schedule import run_suite_for_gate
+from rolloutd.gates.base import Role
 from rolloutd.operations import plan_of
 from rolloutd.reconcile.shell import NotLeading, Shell
 from rolloutd.store import suite_jobs

@@ -19,7 +19,6 @@ from dataclasses import replace
 from datetime import datetime
 from typing import TYPE_CHECKING
 
-from rolloutd.analysis.base import Evaluation, Pool, Role
 from rolloutd.core.actions import Verdict
 from rolloutd.core.plan import Plan, SuiteGate
 from rolloutd.core.progress import Progress
@@ -27,6 +26,7 @@ from rolloutd.evaluation import records
 from rolloutd.evaluation.gate import suite_due
 from rolloutd.evaluation.schedule import judge_stored
 from rolloutd.evaluation.source import SuiteCounts
+from rolloutd.gates.base import Evaluation, Pool, Role
 from rolloutd.reconcile.shell import Shell
 from rolloutd.store import suite_jobs
 

@@ -22,8 +22,8 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
-from rolloutd.analysis.base import MeasurementError, Pool
-from rolloutd.analysis.load import LOAD_INFLIGHT, LOAD_REQUESTS
+from rolloutd.gates.base import MeasurementError, Pool
+from rolloutd.gates.load import LOAD_INFLIGHT, LOAD_REQUESTS
 from rolloutd.sim.source import SimulatorMetrics
 
 # Every signal SimulatorMetrics answers with a value and a sample count.

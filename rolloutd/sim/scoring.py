@@ -15,9 +15,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from rolloutd.analysis.toolcalls import parse_arguments, parse_number, same_json, schema_validator
+from rolloutd.gates.toolcalls import parse_arguments, parse_number, same_json, schema_validator
 
-# parse_arguments comes from rolloutd.analysis.toolcalls; the demo reads it from here.
+# parse_arguments comes from rolloutd.gates.toolcalls; the demo reads it from here.
 __all__ = [
     "CallScore",
     "Verdict",

@@ -36,8 +36,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
-from rolloutd.analysis.base import Measurement, MeasurementError, Pool
-from rolloutd.analysis.load import LOAD_INFLIGHT, LOAD_REQUESTS
+from rolloutd.gates.base import Measurement, MeasurementError, Pool
+from rolloutd.gates.load import LOAD_INFLIGHT, LOAD_REQUESTS
 from rolloutd.sim.engine import Replica
 from rolloutd.sim.gateway import AgentMetrics
 from rolloutd.sim.ledger import RequestLedger, RequestRecord

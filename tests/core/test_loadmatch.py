@@ -10,10 +10,10 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from rolloutd.analysis.load import Load, PoolLoad
 from rolloutd.core.loadmatch import resolution
 from rolloutd.core.plan import LatencyGate, planned_load_ratio
 from rolloutd.core.progress import Progress
+from rolloutd.gates.load import Load, PoolLoad
 from rolloutd.gateway import DURATION_BUCKETS
 from rolloutd.operations import start_rollout
 from rolloutd.planfile import parse_plan

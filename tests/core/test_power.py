@@ -11,10 +11,10 @@ from typing import Any
 import numpy as np
 import pytest
 
-from rolloutd.analysis.comparisons import compare_rates
-from rolloutd.analysis.stratified import Tally
 from rolloutd.core.power import Stretch, final_look_power, minutes_needed
+from rolloutd.core.stats.stratified import Tally
 from rolloutd.errors import BadInput
+from rolloutd.gates.comparisons import compare_rates
 from rolloutd.planfile import parse_plan
 from tests.cli import Ctl
 from tests.plans import EXAMPLE_PATH, example_dict, to_yaml

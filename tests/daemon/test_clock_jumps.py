@@ -25,10 +25,10 @@ import yaml
 from pydantic import SecretStr
 from sqlalchemy import text
 
-from rolloutd.analysis.sources import MemoryMetrics
 from rolloutd.core.progress import Progress
 from rolloutd.daemon.sdnotify import Notifier
 from rolloutd.daemon.service import Daemon
+from rolloutd.metrics.sources import MemoryMetrics
 from rolloutd.operations import start_rollout
 from rolloutd.planfile import parse_plan
 from rolloutd.routers.base import MemoryRouter

@@ -18,13 +18,13 @@ from prometheus_client.parser import text_string_to_metric_families
 from pydantic import SecretStr
 from sqlalchemy import select
 
-from rolloutd.analysis.base import Measurement, MetricsSource, Pool
-from rolloutd.analysis.sources import MemoryMetrics
 from rolloutd.core.plan import Plan
 from rolloutd.daemon.service import Daemon
 from rolloutd.deploy.base import Executor
 from rolloutd.deploy.executors import build_executor
+from rolloutd.gates.base import Measurement, MetricsSource, Pool
 from rolloutd.logs import configure_logging
+from rolloutd.metrics.sources import MemoryMetrics
 from rolloutd.operations import start_rollout
 from rolloutd.planfile import parse_plan
 from rolloutd.redact import register_secret

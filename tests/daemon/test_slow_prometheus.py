@@ -13,23 +13,23 @@ import pytest
 import yaml
 from sqlalchemy import select
 
-from rolloutd.analysis.base import MetricsSource
-from rolloutd.analysis.prometheus import PrometheusMetrics
-from rolloutd.analysis.sources import MemoryMetrics
-from rolloutd.analysis.templates import parse_templates
 from rolloutd.core.plan import Plan
 from rolloutd.daemon.jobs import TickJobs
 from rolloutd.daemon.metrics import DaemonMetrics
 from rolloutd.deploy.base import Executor
 from rolloutd.deploy.executors import build_executor
+from rolloutd.gates.base import MetricsSource
+from rolloutd.metrics.prometheus import PrometheusMetrics
+from rolloutd.metrics.sources import MemoryMetrics
+from rolloutd.metrics.templates import parse_templates
 from rolloutd.operations import start_rollout
 from rolloutd.planfile import parse_plan
 from rolloutd.reconcile import Reconciler
 from rolloutd.routers.base import MemoryRouter, Router
 from rolloutd.store import lease
 from rolloutd.store.models import GateEvaluation
-from tests.analysis.test_prometheus import FakePrometheus, one
 from tests.daemon.helpers import wait_until
+from tests.metrics.test_prometheus import FakePrometheus, one
 from tests.plans import memory_plan
 
 if TYPE_CHECKING:

@@ -8,13 +8,13 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from rolloutd.analysis.base import Evaluation, Role
 from rolloutd.core.actions import Verdict
 from rolloutd.core.plan import SuiteGate
 from rolloutd.core.suite_outcomes import FieldOutcome
 from rolloutd.evaluation.compare import CaseResult, FieldResult
 from rolloutd.evaluation.gate import WHOLE_CALL, combine, judge_suite, suite_due
 from rolloutd.evaluation.results import RunRole, RunSummary
+from rolloutd.gates.base import Evaluation, Role
 
 NOW = datetime(2026, 3, 1, 12, tzinfo=UTC)
 FIELDS = ("pay.amount", "pay.date", "pay.payee")

@@ -15,12 +15,12 @@ from typing import TYPE_CHECKING, Any
 import pytest
 from sqlalchemy import select, text
 
-from rolloutd.analysis.base import Evaluation
 from rolloutd.core.actions import Verdict
 from rolloutd.core.plan import Plan, SuiteGate
 from rolloutd.evaluation.held import JobRef
 from rolloutd.evaluation.runner import RunAbandoned, RunnerOptions
 from rolloutd.evaluation.schedule import judge_stored, run_suite_for_gate
+from rolloutd.gates.base import Evaluation
 from rolloutd.gateway import Capture
 from rolloutd.reconcile import NotLeading
 from rolloutd.sim.traffic import TrafficGenerator

@@ -6,8 +6,8 @@ from datetime import datetime, timedelta
 
 import pytest
 
-from rolloutd.analysis.base import Measurement, MeasurementError, Pool
 from rolloutd.evaluation.source import SuiteFedSource
+from rolloutd.gates.base import Measurement, MeasurementError, Pool
 from tests.evaluation.test_gate import NOW
 
 WINDOW = timedelta(minutes=5)

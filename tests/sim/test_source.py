@@ -7,7 +7,7 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from rolloutd.analysis.base import MeasurementError
+from rolloutd.gates.base import MeasurementError
 from rolloutd.sim.fleet import Fleet
 from rolloutd.sim.metricsfile import snapshot
 from rolloutd.sim.source import SimulatorMetrics

@@ -17,7 +17,7 @@ from alembic import command
 from alembic.config import Config
 from sqlalchemy import JSON, Boolean, Integer, String, Text, column, insert, select, table
 
-from rolloutd.analysis.sources import MemoryMetrics
+from rolloutd.metrics.sources import MemoryMetrics
 from rolloutd.operations import submit_command
 from rolloutd.planfile import parse_plan
 from rolloutd.reconcile import Reconciler

@@ -1,0 +1,1 @@
+"""The statistics behind the gates, as pure functions of counts and buckets: no source, no I/O."""
