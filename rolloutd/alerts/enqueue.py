@@ -107,7 +107,7 @@ def enqueue_leadership_alert(
     facts = AlertFacts(topic="leadership", severity=severity, text=text)
     added = 0
     seen: set[str] = set()
-    for rollout in rollouts:
+    for rollout in _unique_plans(rollouts):
         plan = plan_of(rollout)
         if plan.alerts is None:
             continue
@@ -118,6 +118,17 @@ def enqueue_leadership_alert(
             key = f"leadership/epoch-{epoch}/{change}/{channel.webhook_env}"
             added += _enqueue(session, key, facts, name, channel, routed_severity, now)
     return added
+
+
+def _unique_plans(rollouts: list[Any]) -> list[Any]:
+    """One rollout of each plan that may route alerts: a plan whose text does not say
+    ``alerts`` has no alerts section, and is not parsed (a leader of 10,000 rollouts would
+    otherwise parse 10,000 plans on taking over)."""
+    unique: dict[str, Any] = {}
+    for rollout in rollouts:
+        if "alerts" in rollout.plan_source:
+            unique.setdefault(rollout.plan_hash, rollout)
+    return list(unique.values())
 
 
 def enqueue_plan_alert(

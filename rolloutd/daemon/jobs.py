@@ -37,7 +37,6 @@ from apscheduler.triggers.interval import IntervalTrigger
 from rolloutd.alerts.sender import Sender
 from rolloutd.daemon.metrics import DaemonMetrics
 from rolloutd.errors import RolloutdError
-from rolloutd.operations import plan_of
 from rolloutd.reconcile import NotLeading, Reconciler
 from rolloutd.reconcile.tick import Outcome
 from rolloutd.store import queries
@@ -107,11 +106,11 @@ class PhasedInterval(IntervalTrigger):  # type: ignore[misc]  # APScheduler 3 sh
 
 @dataclass
 class _Due:
-    """A rollout the ticker drives: its grid and its next due time."""
+    """A rollout the ticker drives: its grid (None until its first tick read its plan) and its
+    next due time."""
 
-    trigger: PhasedInterval
+    trigger: PhasedInterval | None
     due: datetime
-    interval: timedelta
 
 
 @dataclass(eq=False)
@@ -197,7 +196,8 @@ class TickJobs:
     def shortest_interval(self, default: timedelta) -> timedelta:
         """The shortest tick interval of the rollouts (``default`` without rollouts)."""
         with self._lock:
-            return min((d.interval for d in self._rollouts.values()), default=default)
+            grids = [d.trigger.interval for d in self._rollouts.values() if d.trigger is not None]
+        return min(grids, default=default)
 
     def run_all_now(self) -> None:
         """Tick every rollout at once: after a step back of the wall clock, due times (on the
@@ -226,16 +226,12 @@ class TickJobs:
         """Match the rollouts driven to those to drive: active ones, ended ones that still
         owe an action (the final alert of a tick that ended it and then failed to mark it
         done), and ended ones whose router stays verified while a late write may land. One
-        statement of ids; only a rollout new to the ticker is read whole (for its interval)."""
+        statement of ids; a rollout new to the ticker is due at once, and its grid is set from
+        its plan once its first tick has read it."""
         try:
             since = self.clock() - self.reconciler.watch_window(None)
             with transaction(self.sessions) as session:
                 wanted = queries.rollouts_to_drive(session, ended_since=since)
-                with self._lock:
-                    new = sorted(wanted - self._rollouts.keys())
-                intervals = {
-                    i: plan_of(queries.get_rollout(session, i)).trigger_interval for i in new
-                }
         except (RolloutdError, StoreError) as exc:
             log.error("cannot list active rollouts", error=str(exc))
             return
@@ -244,9 +240,8 @@ class TickJobs:
             gone = [i for i in self._rollouts if i not in wanted]
             for rollout_id in gone:
                 del self._rollouts[rollout_id]
-            for rollout_id, interval in intervals.items():
-                trigger = PhasedInterval.of(rollout_id, interval)
-                self._rollouts[rollout_id] = _Due(trigger, now, interval)
+            for rollout_id in wanted - self._rollouts.keys():
+                self._rollouts[rollout_id] = _Due(None, now)
             self._kick.notify()
         for rollout_id in gone:
             # Its router, metrics source and executor go with it, and what was known of it.
@@ -328,7 +323,9 @@ class TickJobs:
                 due[rollout_id] = entry.due
             else:
                 continue
-            if entry.due <= now:
+            if entry.trigger is None:
+                entry.due = now + timedelta(seconds=IDLE_WAIT_SECONDS)  # set after its tick
+            elif entry.due <= now:
                 entry.due, skipped = _next_due(entry.trigger, entry.due, now)
                 if skipped:
                     self.metrics.ticks_missed.inc(skipped)
@@ -339,6 +336,15 @@ class TickJobs:
         ids = sorted((i for i in due if i not in slow), key=due.__getitem__)
         batches = alone + [ids[i : i + BATCH] for i in range(0, len(ids), BATCH)]
         return [(batch, {r: due[r] for r in batch}) for batch in batches]
+
+    def _place(self, ids: list[int]) -> None:
+        """Put the rollouts that just had their first tick on their grids (under the lock)."""
+        for rollout_id in ids:
+            entry = self._rollouts.get(rollout_id)
+            interval = self.reconciler.intervals.get(rollout_id)
+            if entry is not None and entry.trigger is None and interval is not None:
+                entry.trigger = PhasedInterval.of(rollout_id, interval)
+                entry.due, _ = _next_due(entry.trigger, self.wall(), self.wall())
 
     def _sleep(self, now: datetime) -> float:
         """Seconds to wait before the next hand-out: none for a woken rollout; else until the
@@ -382,6 +388,7 @@ class TickJobs:
         finally:
             with self._kick:
                 self._in_flight.difference_update(ids)
+                self._place(ids)
                 self._kick.notify()
         for rollout_id, outcome in outcomes.items():
             if isinstance(outcome, RolloutdError):

@@ -27,12 +27,12 @@ from typing import TYPE_CHECKING, Any
 
 import structlog
 
-from rolloutd.analysis.base import Evaluation
 from rolloutd.core.actions import Observed
 from rolloutd.core.machine import Decision, decide, desired_of
 from rolloutd.core.progress import Progress, State
 from rolloutd.drivers import Drivers
 from rolloutd.errors import NotFound, PermanentError, RolloutdError
+from rolloutd.gates.base import Evaluation
 from rolloutd.reconcile import decisions, judge, records
 from rolloutd.reconcile import facts as known_facts
 from rolloutd.reconcile.converge import Converger
@@ -109,6 +109,8 @@ class Reconciler:
         self.converger = Converger(self.shell, self.performer)
         self.suites = Suites(self.shell)
         self.known = Known()
+        self.intervals: dict[int, timedelta] = {}
+        """Each rollout's tick interval (its ``trigger_interval``), once its plan was read."""
         self.slow: set[int] = set()
         """Rollouts whose last observation (router, metrics) took over :data:`SLOW_SECONDS`:
         the scheduler ticks each in a batch of its own, so it holds up no other."""
@@ -182,9 +184,11 @@ class Reconciler:
             with self.shell.read() as session:
                 for rollout_id in missing:
                     try:
-                        found[rollout_id] = known_facts.read(session, rollout_id)
+                        read = found[rollout_id] = known_facts.read(session, rollout_id)
                     except NotFound as exc:
                         found[rollout_id] = exc
+                    else:
+                        self.intervals[rollout_id] = read.plan.trigger_interval
         return {i: found[i] if i in found else self.known.facts[i] for i in rollout_ids}
 
     def _observe(self, facts: Facts, now: datetime) -> _Work | TickResult:
@@ -241,6 +245,10 @@ class Reconciler:
         """Let go of what is kept of ``rollout_id`` (it ended), or of every rollout (this
         process stopped leading)."""
         self.known.forget(rollout_id)
+        if rollout_id is None:
+            self.intervals.clear()
+        else:
+            self.intervals.pop(rollout_id, None)
 
     def close(self) -> None:
         """Nothing to release: the evaluation runs the tick creates are
