@@ -27,6 +27,7 @@ ACTIONS = ("stop", "stop-once", "raise")
 # Every point the code defines: an unknown name in the variable is a typo, and refused.
 POINTS = {
     "before_router_write": "after a weight's lease check, before the router write",
+    "before_journal": "in the file driver, after a weight landed, before its journal line",
 }
 
 

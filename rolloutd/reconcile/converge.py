@@ -115,9 +115,10 @@ class Converger:
             # abandoned) while the lease is still ours, with the margin to spare.
             timeout = deadline.write_timeout(router)
             with deadline.within(timeout):
-                self.shell.held(outlive=timeout)
+                held = self.shell.held(outlive=timeout)
                 failpoints.hit("before_router_write")
-                router.set_weight(weight, mirror=mirror)
+                with deadline.writing_as(held.epoch):
+                    router.set_weight(weight, mirror=mirror)
             state = router.read_weight()
             if state.weight != weight:
                 raise TemporaryError(f"router reads {state.weight}% after setting {weight}%")

@@ -27,6 +27,7 @@ LONGEST_WRITE_TIMEOUT = timedelta(seconds=10)
 _deadline: ContextVar[tuple[float, Callable[[], float]] | None] = ContextVar(
     "router_deadline", default=None
 )
+_epoch: ContextVar[int | None] = ContextVar("router_writer_epoch", default=None)
 
 
 class DeadlinePassed(TemporaryError):
@@ -49,6 +50,22 @@ def within(
         yield
     finally:
         _deadline.reset(token)
+
+
+@contextmanager
+def writing_as(epoch: int) -> Iterator[None]:
+    """Run a router write on behalf of the leader of lease ``epoch``: a driver that keeps a
+    record of its writes (the ``file`` driver's journal) stamps each with it."""
+    token = _epoch.set(epoch)
+    try:
+        yield
+    finally:
+        _epoch.reset(token)
+
+
+def epoch() -> int | None:
+    """The lease epoch of the write in progress (None outside :func:`writing_as`)."""
+    return _epoch.get()
 
 
 def remaining(default: float) -> float:

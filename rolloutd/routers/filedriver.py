@@ -7,16 +7,25 @@ beside it (one JSON line per change), which is the audit trail of what was appli
 is appended after the rename (a line for a change that never landed would be worse than a
 late one), so a process killed between the two leaves the journal a line short: the next
 write first journals the file's document when the journal's last line is not it.
+
+Every write, the journal's included, sits behind the write's deadline
+(:mod:`rolloutd.routers.deadline`): a leader frozen past its lease appends nothing when it
+wakes. Each document and journal line carries the lease epoch of the writer that applied it
+(``epoch``; null outside the daemon), the journal is appended under an exclusive lock, and a
+line older than the journal's last is refused, so the journal reads in epoch order.
 """
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
 import tempfile
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
+from typing import Any
 
+from rolloutd import failpoints
 from rolloutd.errors import PermanentError, TemporaryError
 from rolloutd.routers import deadline
 from rolloutd.routers.base import RouterState, check_weight
@@ -40,6 +49,7 @@ class FileRouter:
             "mirror": mirror,
             "session_header": self.session_header,
             "updated_at": datetime.now(UTC).isoformat(),
+            "epoch": deadline.epoch(),
         }
         data = json.dumps(document, indent=2) + "\n"
         try:
@@ -56,7 +66,12 @@ class FileRouter:
             except BaseException:
                 Path(tmp).unlink(missing_ok=True)
                 raise
-            self._journal(document)
+            failpoints.hit("before_journal")
+            if not self._journal(document):
+                raise TemporaryError(
+                    f"router journal {self.journal}: a newer leader wrote it; "
+                    f"not recording {weight}% after its lines"
+                )
         except PermissionError as exc:
             raise PermanentError(
                 f"cannot write router file {self.path}: permission denied"
@@ -64,21 +79,30 @@ class FileRouter:
         except OSError as exc:
             raise TemporaryError(f"cannot write router file {self.path}: {exc.strerror}") from exc
 
-    def _journal(self, document: object) -> None:
+    def _journal(self, document: dict[str, Any]) -> bool:
+        """Append ``document`` as what this writer applied, inside the write's deadline; False
+        (nothing appended) when the journal's last line is of a newer epoch."""
+        deadline.check(f"appending to router journal {self.journal}")
         with self.journal.open("a") as journal:
+            fcntl.flock(journal.fileno(), fcntl.LOCK_EX)
+            if _newer(_last_line(self.journal), document):
+                return False
             journal.write(json.dumps(document) + "\n")
+        return True
 
     def _journal_what_landed(self) -> None:
         """Journal the file's document if the journal does not end with it: the line of a
-        change whose writer was killed after its rename."""
+        change whose writer was killed after its rename, stamped with that writer's epoch,
+        read now and appended inside this write's deadline (a stale read is never recorded:
+        the deadline check comes after it, and the lock orders it against other writers)."""
         try:
             landed = json.loads(self.path.read_text())
         except FileNotFoundError:
             return
         except ValueError:
             return  # not written by this driver; the write replaces it
-        if landed != _last_line(self.journal):
-            self._journal(landed)
+        if isinstance(landed, dict) and landed != _last_line(self.journal):
+            self._journal(landed)  # refused when a newer writer journaled since: history
 
     def read_weight(self) -> RouterState:
         try:
@@ -104,6 +128,15 @@ class FileRouter:
 
 JOURNAL_TAIL = 64 * 1024
 """How much of the journal's end is read for its last line (a line is a few hundred bytes)."""
+
+
+def _newer(last: object, document: dict[str, Any]) -> bool:
+    """Whether the journal's ``last`` line was written by a newer lease epoch than
+    ``document``'s (lines without an epoch are not ordered)."""
+    if not isinstance(last, dict):
+        return False
+    before, mine = last.get("epoch"), document.get("epoch")
+    return isinstance(before, int) and isinstance(mine, int) and before > mine
 
 
 def _last_line(journal: Path) -> object:

@@ -19,6 +19,7 @@ content and the writer's ``application_name``, which names the daemon instance.
 
 from __future__ import annotations
 
+import json
 import random
 import signal
 import subprocess
@@ -527,3 +528,72 @@ def test_a_weight_committed_before_a_freeze_never_reaches_the_router_after_a_rol
         heir = daemons.start(f"heir-{number}", ttl=target.ttl)
         deposed_before_its_router_write(target, number, leader, heir, db, rollout)
         assert heir.terminate() == 0
+
+
+# -- property 3: the file router's journal is written only under a live lease ----------------------
+
+JOURNAL_ROUNDS = 3
+
+
+def journal_lines(workspace: Workspace) -> list[dict[str, Any]]:
+    """Every line of the round's router journal, as written."""
+    if not workspace.journal_path.exists():
+        return []
+    text = workspace.journal_path.read_text()
+    return [json.loads(line) for line in text.splitlines() if line.strip()]
+
+
+@pytest.mark.slow
+def test_a_leader_frozen_before_its_journal_line_appends_nothing_after_the_rollback(
+    daemons: Daemons, db: Db, tmp_path: Path
+) -> None:
+    """Round after round, a leader frozen after its weight landed in the router file and
+    before its journal line is deposed; the new leader journals what landed, under the frozen
+    leader's epoch, and rolls back to 0%; the woken leader appends nothing after the 0%, and
+    the journal's lines are in epoch order."""
+    target = FileRouterUnderTest(tmp_path)
+    leader = start_with_failpoints(daemons, "armed", "before_journal=stop", ttl=target.ttl)
+    leader.wait_serving()
+    leader.wait_role("leader", WAIT)
+    for number in range(JOURNAL_ROUNDS):
+        workspace = round_workspace(tmp_path, number)
+        steps = [canary(WEIGHT, "1h", gates=())]
+        rollout = start_rollout(db, workspace, steps, router=target.spec(number))
+        wait_frozen(leader)
+        heir = daemons.start(f"heir-{number}", ttl=target.ttl)
+        deposed_before_its_journal_line(target, number, leader, heir, db, rollout)
+        assert heir.terminate() == 0
+
+
+def deposed_before_its_journal_line(
+    target: FileRouterUnderTest, number: int, leader: Daemon, heir: Daemon, db: Db, rollout: int
+) -> None:
+    """One round, from ``leader`` frozen between the rename of ``rollout``'s first weight and
+    its journal line on: ``heir`` takes over and rolls back; the woken leader must append
+    nothing."""
+    frozen_at = time.monotonic()
+    workspace = round_workspace(target.root, number)
+    # The weight landed in the file, and its journal line is not written yet.
+    assert (workspace.router_weight(), journal_lines(workspace)) == (WEIGHT, [])
+    heir.wait_serving()
+    heir.wait_role("leader", takeover_bound(target.ttl) + 5)
+    db.command(rollout, "abort", reason=f"journal split brain {number}")
+    wait_until(lambda: db.state(rollout) == "rolled_back", WAIT, "the rollback to end")
+    written = journal_lines(workspace)
+    assert [line["canary_weight"] for line in written] == [WEIGHT, 0], written
+    # The frozen write's deadline passes while it sleeps.
+    time.sleep(max(0.0, target.write_timeout - (time.monotonic() - frozen_at)))
+
+    abandoned = len(leader.logged("tick abandoned: not leading", rollout=rollout))
+    leader.resume()
+    wait_until(
+        lambda: len(leader.logged("tick abandoned: not leading", rollout=rollout)) > abandoned,
+        WAIT,
+        f"round {number}: the woken leader to give up its journal line",
+    )
+    lines = journal_lines(workspace)
+    assert lines == written, f"round {number}: the woken leader appended {lines[len(written) :]}"
+    epochs = [line["epoch"] for line in lines]
+    assert all(isinstance(e, int) for e in epochs), epochs
+    assert epochs == sorted(epochs) and epochs[0] < epochs[-1], epochs
+    assert workspace.router_weight() == 0
