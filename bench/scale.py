@@ -214,6 +214,7 @@ class Leader:
             "ticks": 0.0,
             "missed": 0.0,
             "trips": 0.0,
+            "batches": 0.0,
             "duration": {},
             "lag": {},
         }
@@ -225,6 +226,8 @@ class Leader:
                     found["missed"] += sample.value
                 elif sample.name == "rolloutd_store_round_trips_total":
                     found["trips"] += sample.value
+                elif sample.name == "rolloutd_tick_duration_seconds_count":
+                    found["batches"] += sample.value
                 elif sample.name == "rolloutd_tick_duration_seconds_bucket":
                     found["duration"][float(sample.labels["le"])] = sample.value
                 elif sample.name == "rolloutd_tick_lag_seconds_bucket":
@@ -324,6 +327,9 @@ def measure(server: str, count: int, minutes: float, warmup: float) -> dict[str,
                 "rss_mb": rss,
                 "ticks_per_s": ticks / elapsed,
                 "trips_per_tick": (last["trips"] - first["trips"]) / ticks if ticks else None,
+                "per_batch": ticks / (last["batches"] - first["batches"])
+                if last["batches"] > first["batches"]
+                else None,
                 "gap_p50_s": gaps[len(gaps) // 2] if gaps else None,
                 "gap_p99_s": gaps[int(len(gaps) * 0.99)] if gaps else None,
                 "gaps_late": sum(g > 31.0 for g in gaps) / len(gaps) if gaps else None,
@@ -350,15 +356,17 @@ def report(results: list[dict[str, Any]]) -> None:
         return "n/a" if value is None else format(value, spec)
 
     print(
-        "| rollouts | verified | CPU (1 core) | RSS MB | ticks/s (due) | batch p50 | batch p99 "
+        "| rollouts | verified | CPU (1 core) | RSS MB | ticks/s (due) | per batch | batch p50 "
+        "| batch p99 "
         "| lag p99 | missed | round trips/tick | step-gate gap p50/p99 (late) | breach → 0% "
         "| rows/h | status cold | list | import sqlalchemy |"
     )
-    print("|---:" * 16 + "|")
+    print("|---:" * 17 + "|")
     for r in results:
         print(
             f"| {r['rollouts']:,} | {r['verified']:,} | {r['cpu_share']:.1%} "
             f"| {r['rss_mb']:.0f} | {r['ticks_per_s']:.1f} ({r['ticks_due_per_s']:.1f}) "
+            f"| {fmt(r['per_batch'], '.1f')} "
             f"| {fmt(r['tick_p50_s'], '.3f')} s | {fmt(r['tick_p99_s'], '.3f')} s "
             f"| {fmt(r['lag_p99_s'], '.2f')} s | {r['missed']:.0f} "
             f"| {fmt(r['trips_per_tick'], '.3f')} "

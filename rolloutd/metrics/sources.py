@@ -67,15 +67,19 @@ PAST_TOLERANCE = timedelta(seconds=60)
 
 
 class FileMetrics:
-    """Signal values read from a JSON file on every query: the window it was written for."""
+    """Signal values read from a JSON file on every query: the window it was written for. The
+    file is parsed again only when it changed (another inode, mtime or size: a writer that
+    replaces it atomically always gives another inode)."""
 
     def __init__(self, path: str | Path) -> None:
         self.path = Path(path)
+        self._parsed: tuple[tuple[int, int, int], Any] | None = None
 
     def measure(self, signal: str, pool: Pool, window: timedelta, now: datetime) -> Measurement:
         query = f"file:{self.path}#{signal}.{pool}"
         try:
-            written = datetime.fromtimestamp(self.path.stat().st_mtime, UTC)
+            stat = self.path.stat()
+            written = datetime.fromtimestamp(stat.st_mtime, UTC)
             if now < written - PAST_TOLERANCE:
                 raise MeasurementError(
                     f"metrics file {self.path} holds only its latest window (written "
@@ -83,7 +87,7 @@ class FileMetrics:
                     f"{now.astimezone(UTC):%Y-%m-%d %H:%M:%S} UTC",
                     query=query,
                 )
-            document: Any = json.loads(self.path.read_text())
+            document = self._document((stat.st_ino, stat.st_mtime_ns, stat.st_size))
         except FileNotFoundError:
             raise MeasurementError(
                 f"metrics file {self.path} does not exist", query=query
@@ -100,3 +104,11 @@ class FileMetrics:
             # JSON has no NaN literal; allow the strings Prometheus uses for them.
             value = float(value) if value in ("NaN", "+Inf", "-Inf") else value
         return Measurement(value, samples if isinstance(samples, int) else None, query=query)
+
+    def _document(self, version: tuple[int, int, int]) -> Any:
+        parsed = self._parsed
+        if parsed is not None and parsed[0] == version:
+            return parsed[1]
+        document = json.loads(self.path.read_text())
+        self._parsed = (version, document)
+        return document

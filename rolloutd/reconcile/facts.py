@@ -56,14 +56,15 @@ class Facts:
         return any(isinstance(gate, SuiteGate) for gate in self.plan.gates.values())
 
 
-def read(session: Session, rollout_id: int) -> Facts:
-    """Everything a tick needs of ``rollout_id``, read in ``session``."""
+def read(session: Session, rollout_id: int, plan: Plan | None = None) -> Facts:
+    """Everything a tick needs of ``rollout_id``, read in ``session``; ``plan``: its plan, if
+    known already (a rollout's plan never changes; parsing it is most of a read's cost)."""
     rollout = queries.get_rollout(session, rollout_id)
-    plan = plan_of(rollout)
+    plan = plan or plan_of(rollout)
     progress = Progress.from_storage(rollout.progress)
     ended = progress.ended is not None
     judging = not ended and progress.started_at is not None and progress.rollback is None
-    return Facts(
+    facts = Facts(
         rollout=rollout,
         plan=plan,
         progress=progress,
@@ -76,6 +77,8 @@ def read(session: Session, rollout_id: int) -> Facts:
         else records.Newest(),
         suite_counts=suite_counts(session, rollout_id, plan, progress) if judging else {},
     )
+    queries.keep_light(session, rollout)
+    return facts
 
 
 class Known:
@@ -87,6 +90,8 @@ class Known:
         self.claimed: set[int] = set()
         """The rollouts whose progress was written under this epoch (a new leader writes
         each rollout's progress on its first tick, so the row says who drives it)."""
+        self.plans: dict[int, Plan] = {}
+        """Each rollout's plan, kept when its facts are read afresh."""
 
     def under(self, epoch: int) -> None:
         """Forget everything known under another epoch."""
@@ -101,7 +106,9 @@ class Known:
         return [i for i in ids if i not in self.facts or self.facts[i].has_suite]
 
     def keep(self, facts: Facts) -> None:
-        """Keep ``facts`` for the next tick, unless the tick wrote more than evaluations."""
+        """Keep ``facts`` for the next tick, unless the tick wrote more than evaluations (its
+        plan is kept then)."""
+        self.plans[facts.rollout.id] = facts.plan
         if facts.dirty:
             self.facts.pop(facts.rollout.id, None)
         else:
@@ -112,6 +119,8 @@ class Known:
         if rollout_id is None:
             self.facts.clear()
             self.claimed.clear()
+            self.plans.clear()
         else:
             self.facts.pop(rollout_id, None)
             self.claimed.discard(rollout_id)
+            self.plans.pop(rollout_id, None)

@@ -184,7 +184,8 @@ class Reconciler:
             with self.shell.read() as session:
                 for rollout_id in missing:
                     try:
-                        read = found[rollout_id] = known_facts.read(session, rollout_id)
+                        plan = self.known.plans.get(rollout_id)
+                        read = found[rollout_id] = known_facts.read(session, rollout_id, plan)
                     except NotFound as exc:
                         found[rollout_id] = exc
                     else:

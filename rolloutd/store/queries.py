@@ -50,6 +50,7 @@ from rolloutd.store.models import Action, Rollout
 from rolloutd.store.rollouts import (
     create_rollout,
     get_rollout,
+    keep_light,
     list_rollouts,
     save_progress,
 )
@@ -74,6 +75,7 @@ __all__ = [
     "finish_action",
     "finish_command",
     "get_rollout",
+    "keep_light",
     "latest_evaluations",
     "latest_of_rollouts",
     "list_events",

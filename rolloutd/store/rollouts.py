@@ -95,6 +95,15 @@ def get_rollout(session: Session, rollout_id: int, *, for_update: bool = False) 
     return rollout
 
 
+def keep_light(session: Session, rollout: Rollout) -> None:
+    """Detach ``rollout`` and drop its plan text, outline and progress, read already: what a
+    leader keeps of thousands of rollouts between ticks is who they are, their state and
+    revision (a write of new progress sets it again)."""
+    session.expunge(rollout)
+    for name in ("plan_source", "plan_outline", "progress"):
+        rollout.__dict__.pop(name, None)
+
+
 def list_rollouts(session: Session, *, active_only: bool = False, limit: int = 50) -> list[Rollout]:
     """Return up to ``limit`` rollouts, newest first."""
     query = select(Rollout).order_by(Rollout.created_at.desc(), Rollout.id.desc()).limit(limit)
