@@ -4,7 +4,7 @@ It never talks to the daemon: every command reads or writes Postgres (or SQLite)
 command such as ``promote`` is a row the leader acts on. It must start fast, so it imports
 nothing that only the daemon needs (alembic, apscheduler, httpx, the Prometheus client);
 ``status`` and ``list`` read with Core statements, without the ORM, and draw with rich only
-for a table. ``bench/cli_start.py`` measures their start against ``import sqlalchemy``.
+for a table. ``bench/cli_start.py`` measures their start against a bare import of SQLAlchemy.
 """
 
 from __future__ import annotations
@@ -147,8 +147,8 @@ def plan_check(file: str, output: str) -> None:
       rolloutctl plan check config/plans/atlas-70b-maxseq8192.yaml
       rolloutctl plan check plan.yaml -o json | jq '.[] | select(.found == "absent")'
     """
-    from rolloutd.analysis.preflight import blocking
     from rolloutd.evaluation.sampling import check_captures
+    from rolloutd.metrics.preflight import blocking
     from rolloutd.planfile import load_plan
 
     loaded = load_plan(file)
@@ -173,9 +173,9 @@ def _preflight(plan: Any, file: str) -> list[Any] | None:
     """
     if plan.metrics.source != "prometheus":
         return None
-    from rolloutd.analysis.preflight import check_plan
     from rolloutd.drivers import PlanDrivers
     from rolloutd.errors import PermanentError
+    from rolloutd.metrics.preflight import check_plan
 
     try:
         source = PlanDrivers().metrics(0, plan)
@@ -276,9 +276,9 @@ def _check_before_start(plan: Any, file: str, *, force: bool) -> list[str]:
     :returns: what was absent when ``force`` overrode it (for the audit log).
     :raises Refused: a first-step gate's signal is absent and ``force`` is off.
     """
-    from rolloutd.analysis.preflight import blocking
     from rolloutd.core.counts import counted
     from rolloutd.errors import Refused
+    from rolloutd.metrics.preflight import blocking
 
     checks = _preflight(plan, file) or []
     absent = [f"{c.gate} ({c.signal} on {c.pool}): {c.why}" for c in blocking(checks)]
