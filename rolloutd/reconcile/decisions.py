@@ -47,10 +47,11 @@ def write(
     decision: Decision,
     handled: list[Any],
     now: datetime,
-) -> bool:
+) -> tuple[bool, list[Attempt]]:
     """Write what ``decision`` changed of one rollout, in the batch's transaction.
 
-    :returns: whether it changed the desired fact (whose attempt row it wrote).
+    :returns: whether it changed the desired fact (whose attempt row it wrote), and the
+        attempts of the decision's other actions, to be performed once it is committed.
     """
     facts.dirty = True
     moved = False
@@ -100,5 +101,6 @@ def write(
         actions=[(a.key, a.kind, a.payload()) for a in decision.actions],
         now=stamp,
     )
-    facts.owed = owed + [Attempt.of(a) for a in added]
-    return moved
+    new = [Attempt.of(a) for a in added]
+    facts.owed = owed + new
+    return moved, new

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
@@ -81,6 +81,8 @@ class _Work:
     evaluations: list[Evaluation]
     moved: bool = False
     """The decision changed the desired fact."""
+    added: list[Attempt] = field(default_factory=list)
+    """The attempts of the decision's other actions (alerts, redeploys, verifications)."""
 
 
 Outcome = TickResult | RolloutdError
@@ -216,10 +218,13 @@ class Reconciler:
         return _Work(facts, router, bound, observed, preflight_error, evaluations)
 
     def _perform(self, facts: Facts, owed: list[Attempt], bound: Any) -> None:
-        """Perform the owed alerts, redeploys and verifications."""
+        """Perform the owed alerts, redeploys and verifications. A rollout that owes any is
+        read afresh next tick: an attempt's outcome (its count, back-off, error) is on its row."""
+        if not owed:
+            return
         rollout_id, plan = facts.rollout.id, facts.plan
+        facts.dirty = True
         if sum(self.performer.attempt(rollout_id, plan, action, bound) for action in owed):
-            facts.dirty = True
             with self.shell.read() as session:
                 facts.done = queries.done_action_keys(session, rollout_id)
 
@@ -287,7 +292,7 @@ class Reconciler:
                 )
                 claimed = facts.rollout.id in self.known.claimed
                 if not claimed or not decisions.quiet(facts, decision, handled):
-                    work.moved = decisions.write(
+                    work.moved, work.added = decisions.write(
                         self.shell, session, held, facts, decision, handled, now
                     )
                 if records.record_steps(session, facts, decision.progress, now):
@@ -301,9 +306,7 @@ class Reconciler:
         """After the commit: perform the decision's attempts, take a new desired fact to the
         router, and keep the facts for the next tick."""
         facts = work.facts
-        if facts.dirty:
-            fresh = [a for a in facts.owed if a.kind != "set_weight" and a.key not in facts.done]
-            self._perform(facts, fresh, work.bound)
+        self._perform(facts, work.added, work.bound)
         if work.moved and decision.progress.desired is not None:
             self.converger.converge(facts, decision.progress.desired, work.router, work.bound)
         if decision.events:
