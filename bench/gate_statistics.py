@@ -72,6 +72,7 @@ from bench.traffic import (
 )
 from rolloutd.core.actions import Verdict
 from rolloutd.core.plan import Plan
+from rolloutd.core.stats.rates import compare_rates
 from rolloutd.core.stats.sequential import Segment, beta_binomial_log_bf, rate_ratio_test
 from rolloutd.core.stats.stratified import Tally, block_count, blocks_from_cuts
 from rolloutd.evaluation.statistics import (
@@ -83,7 +84,6 @@ from rolloutd.evaluation.statistics import (
     worse_p_value,
 )
 from rolloutd.gates.base import Judging, Measurement, Pool
-from rolloutd.gates.comparisons import compare_rates
 from rolloutd.gates.evaluate import evaluate_gate
 from rolloutd.planfile import load_plan
 

@@ -12,9 +12,9 @@ import numpy as np
 import pytest
 
 from rolloutd.core.power import Stretch, final_look_power, minutes_needed
+from rolloutd.core.stats.rates import compare_rates
 from rolloutd.core.stats.stratified import Tally
 from rolloutd.errors import BadInput
-from rolloutd.gates.comparisons import compare_rates
 from rolloutd.planfile import parse_plan
 from tests.cli import Ctl
 from tests.plans import EXAMPLE_PATH, example_dict, to_yaml

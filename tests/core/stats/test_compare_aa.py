@@ -17,9 +17,9 @@ import numpy as np
 import pytest
 from numpy.typing import NDArray
 
+from rolloutd.core.stats.rates import compare_rates
 from rolloutd.core.stats.sequential import Segment, rate_ratio_test, two_proportion_test
 from rolloutd.core.stats.stratified import Tally, block_count, blocks_from_cuts
-from rolloutd.gates.comparisons import compare_rates
 
 ALPHA, SHARE = 0.05, 0.2
 MINUTES, STEP = 200, 100
