@@ -10,10 +10,11 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
-from typing import Any, Literal, Protocol
+from typing import Any, Literal, Protocol, runtime_checkable
 
 from rolloutd.core.actions import GateResult, Verdict
 from rolloutd.core.plan import Plan
+from rolloutd.core.stats.matched import Cell
 
 Pool = Literal["canary", "stable"]
 Role = Literal["step", "trigger"]
@@ -45,6 +46,20 @@ class MetricsSource(Protocol):
         """The value of ``signal`` on ``pool`` over ``window`` ending at ``now``.
 
         :raises MeasurementError: the query failed or returned no finite value.
+        """
+
+
+@runtime_checkable
+class LoadCells(Protocol):
+    """A source that can also say, per replica and slice, what latency its requests had and
+    what load the replica carried then (for ``match_load``; ``rolloutd.metrics.cells``)."""
+
+    def cells(
+        self, signal: str, pool: Pool, window: timedelta, now: datetime, slice: timedelta
+    ) -> list[Cell]:
+        """The cells of ``signal`` on ``pool`` over ``window`` ending at ``now``.
+
+        :raises MeasurementError: the source cannot give them, or the query failed.
         """
 
 

@@ -42,6 +42,7 @@ from rolloutd.core.stats.sequential import Segment, rate_ratio_test
 from rolloutd.core.stats.stratified import Tally, block_count, blocks_from_cuts, total
 from rolloutd.gates.base import Evaluation, Judging, Measurement, MeasurementError, finite
 from rolloutd.gates.exposure import no_traffic
+from rolloutd.gates.matched import judge_matched
 
 CAPACITY_INVALID = "the capacity analysis is invalid: rerun it before scaling further"
 
@@ -307,8 +308,9 @@ def judge_latency(spec: GateSpec, judging: Judging) -> Evaluation:
     if spec.max_ratio is not None and judging.idle == "stable":
         # At 100% there is no stable traffic to compare with: the target alone applies.
         spec = spec.model_copy(update={"max_ratio": None})
+    matched = spec.match_load is not None and spec.max_ratio is not None
     stable: Measurement | None = None
-    if spec.max_ratio is not None:
+    if spec.max_ratio is not None and not matched:
         stable = judging.source.measure(spec.signal, "stable", window, judging.now)
     threshold = f"p95 < {spec.target_seconds:g}s" + (
         f" and < {spec.max_ratio:g}x stable" if spec.max_ratio else ""
@@ -327,6 +329,15 @@ def judge_latency(spec: GateSpec, judging: Judging) -> Evaluation:
         reason = f"{counted(canary.samples or 0, 'sample')} of the {spec.min_samples} needed"
         return _with(evaluation, Verdict.PENDING, reason)
     buckets = canary.raw.get("buckets")
+    if matched:
+        # Stable's latency at its own (higher) load says nothing of the canary's: compare
+        # within the load bands both carried instead (rolloutd.gates.matched).
+        try:
+            return judge_matched(
+                spec, judging, evaluation, _as_buckets(buckets) if buckets else None, LATENCY_ALPHA
+            )
+        except ValueError as exc:
+            raise MeasurementError(str(exc), query=canary.query) from None
     if not buckets:
         return _latency_point_estimate(spec, evaluation, estimate)
     stable_buckets = stable.raw.get("buckets") if stable is not None else None

@@ -25,7 +25,7 @@ import json
 import math
 import re
 import threading
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 from typing import Any, NoReturn
@@ -35,9 +35,11 @@ from prometheus_api_client import PrometheusConnect
 from prometheus_api_client.exceptions import PrometheusApiClientException
 from urllib3.util.retry import Retry
 
+from rolloutd.core.stats.matched import Cell
 from rolloutd.gates.base import Measurement, MeasurementError, Pool
 from rolloutd.metrics.batching import POOLS, both_pools, both_pools_selector
 from rolloutd.metrics.budget import time_left
+from rolloutd.metrics.cells import cells_from_ranges
 from rolloutd.metrics.templates import Labels, Signal, Templates, promql_duration, render
 
 _ERRNO = re.compile(r"\[Errno -?\d+\] ([^'\")]+)")
@@ -369,12 +371,66 @@ class PrometheusMetrics:
     # -- asking ----------------------------------------------------------------------------
 
     def _ask(self, query: str, now: datetime) -> _Answer:
+        def instant(params: dict[str, str], timeout: float) -> Any:
+            params["time"] = f"{now.timestamp():.3f}"
+            return self._client.custom_query(query, params=params, timeout=timeout)
+
+        return _Answer(query, _series(self._request(query, instant), query))
+
+    def _ask_range(self, query: str, start: datetime, end: datetime, step: timedelta) -> Any:
+        """The raw matrix of a range query: each series' labels and ``values``."""
+
+        def ranged(params: dict[str, str], timeout: float) -> Any:
+            # The client rounds start and end to seconds; its params win over its own.
+            params.update(start=f"{start.timestamp():.3f}", end=f"{end.timestamp():.3f}")
+            step_s = f"{step.total_seconds():g}s"
+            return self._client.custom_query_range(
+                query, start, end, step_s, params=params, timeout=timeout
+            )
+
+        return self._request(query, ranged)
+
+    def cells(
+        self, signal: str, pool: Pool, window: timedelta, now: datetime, slice: timedelta
+    ) -> list[Cell]:
+        """Per replica and ``slice`` of ``window`` ending at ``now``: the signal's latency
+        histogram increase and the replica's requests in flight at each scrape (two range
+        queries), joined by ``rolloutd.metrics.cells``.
+
+        :raises MeasurementError: the signal has no per-replica queries, a query failed, or
+            the two answers name no replica in common.
+        """
+        spec = self.templates.signals.get(signal)
+        if spec is None or spec.replica_buckets is None or spec.replica_load is None:
+            raise MeasurementError(
+                f"{signal} in {self.templates.source} has no per-replica queries "
+                "(replica_buckets and replica_load): it cannot be judged at matched load"
+            )
+        try:
+            buckets_query = render(
+                spec.replica_buckets, pool=pool, window=slice, labels=self.labels
+            )
+            load_query = render(spec.replica_load, pool=pool, window=slice, labels=self.labels)
+        except ValueError as exc:
+            raise MeasurementError(f"{signal}: {exc}") from None
+        slices = max(1, int(window / slice))
+        start = now - slice * (slices - 1)
+        scrape = self.stale_after / 2
+        return cells_from_ranges(
+            pool,
+            (buckets_query, self._ask_range(buckets_query, start, now, slice)),
+            (load_query, self._ask_range(load_query, start - slice, now, scrape)),
+            slice_seconds=slice.total_seconds(),
+            scale=spec.scale,
+        )
+
+    def _request(self, query: str, call: Callable[[dict[str, str], float], Any]) -> Any:
+        """``call(params, timeout)``'s answer, or a :class:`MeasurementError` saying why not."""
         timeout = time_left(self.timeout, query)  # no more than the tick's budget has left
         # Prometheus reads whole units only: 4s, or 734ms when a budget cut the timeout.
         wait = f"{timeout:g}s" if timeout == int(timeout) else f"{max(1, int(timeout * 1000))}ms"
-        params = {"time": f"{now.timestamp():.3f}", "timeout": wait}
         try:
-            result: Any = self._client.custom_query(query, params=params, timeout=timeout)
+            result: Any = call({"timeout": wait}, timeout)
         except PrometheusApiClientException as exc:
             raise MeasurementError(self._refusal(str(exc)), query=query) from None
         except ValueError as exc:
@@ -390,7 +446,7 @@ class PrometheusMetrics:
             ) from None
         except OSError as exc:
             raise MeasurementError(self._unreachable(exc, timeout), query=query) from None
-        return _Answer(query, _series(result, query))
+        return result
 
     def _refusal(self, message: str) -> str:
         # The client's message is "HTTP Status Code 400 (b'<body>')": read the API's error.

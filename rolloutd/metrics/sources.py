@@ -13,10 +13,12 @@ from __future__ import annotations
 
 import json
 import threading
+from collections.abc import Sequence
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
+from rolloutd.core.stats.matched import Cell
 from rolloutd.gates.base import Measurement, MeasurementError, Pool
 from rolloutd.gates.load import LOAD_INFLIGHT, LOAD_REQUESTS
 
@@ -26,6 +28,7 @@ class MemoryMetrics:
 
     def __init__(self) -> None:
         self._values: dict[tuple[str, Pool], Measurement | MeasurementError] = {}
+        self._cells: dict[tuple[str, Pool], list[Cell]] = {}
         self._lock = threading.Lock()
 
     def set(
@@ -51,6 +54,22 @@ class MemoryMetrics:
         """Make queries of ``signal`` on ``pool`` fail with ``reason``."""
         with self._lock:
             self._values[(signal, pool)] = MeasurementError(reason, query=f"memory:{signal}")
+
+    def set_cells(self, signal: str, pool: Pool, cells: Sequence[Cell]) -> None:
+        """Make ``signal``'s per-replica latency by load on ``pool`` read ``cells``, whatever
+        the window (a test states the cells of the window it judges)."""
+        with self._lock:
+            self._cells[(signal, pool)] = list(cells)
+
+    def cells(
+        self, signal: str, pool: Pool, window: timedelta, now: datetime, slice: timedelta
+    ) -> list[Cell]:
+        """The cells set for ``signal`` on ``pool``; none set is a measurement error."""
+        with self._lock:
+            found = self._cells.get((signal, pool))
+        if found is None:
+            raise MeasurementError(f"no cells for {signal} on {pool}", query=f"memory:{signal}")
+        return list(found)
 
     def measure(self, signal: str, pool: Pool, window: timedelta, now: datetime) -> Measurement:
         with self._lock:

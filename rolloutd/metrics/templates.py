@@ -176,6 +176,12 @@ class Signal(BaseModel):
     fresh: str | None = None
     """A selector whose newest sample shows the pool is being scraped (default: the first
     series of ``samples``, else of ``query``)."""
+    replica_buckets: str | None = None
+    """Quantile signals: the histogram's increase per replica (grouped by the replica's labels
+    and ``le``), for judging at matched load (``rolloutd.metrics.cells``)."""
+    replica_load: str | None = None
+    """Quantile signals: the requests in flight per replica now (an instant gauge, asked at
+    every scrape), grouped by the same labels."""
     absent: str = ""
     """What an absent series means for this signal (which engine versions lack it)."""
     missing_on: list[str] = Field(default_factory=list)
@@ -190,6 +196,10 @@ class Signal(BaseModel):
             raise ValueError("a quantile signal needs 'q', the quantile its query computes")
         if self.kind != "quantile" and (self.buckets is not None or self.q is not None):
             raise ValueError("'buckets' and 'q' belong to quantile signals only")
+        if (self.replica_buckets is None) != (self.replica_load is None):
+            raise ValueError("'replica_buckets' and 'replica_load' go together")
+        if self.replica_buckets is not None and self.kind != "quantile":
+            raise ValueError("'replica_buckets' and 'replica_load' belong to quantile signals only")
         stated = {float(n) for n in _HISTOGRAM_QUANTILE.findall(self.query)}
         if self.q is not None and stated - {self.q}:
             raise ValueError(f"'q' is {self.q:g} but the query computes {max(stated - {self.q}):g}")
@@ -208,7 +218,7 @@ class Signal(BaseModel):
 
 Override = str | Mapping[str, str]
 """A plan's replacement for a signal: its ``query``, or a mapping of query/samples/buckets."""
-_OVERRIDABLE = ("query", "samples", "buckets", "fresh")
+_OVERRIDABLE = ("query", "samples", "buckets", "fresh", "replica_buckets", "replica_load")
 
 
 class _TemplateFile(BaseModel):
@@ -324,6 +334,11 @@ def parse_templates(text: str, source: str = "<templates>") -> Templates:
             problems += [Problem(source, field, m) for m in template_problems(template)]
             if role == "fresh" and "[" in template:
                 problems.append(Problem(source, field, "must be an instant selector, no range"))
+        for role in ("replica_buckets", "replica_load"):
+            template = getattr(signal, role)
+            if template is not None:
+                field = f"signals.{name}.{role}"
+                problems += [Problem(source, field, m) for m in template_problems(template)]
     if problems:
         raise BadInput(problems)
     return Templates(source, parsed.signals, tuple(parsed.checked_on))

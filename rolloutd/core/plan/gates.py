@@ -193,6 +193,48 @@ class CompareGate(_Gate):
         return DEFAULT_MIN_LOAD_RATIO if self.signal in QUEUE_TIMEOUT_SIGNALS else 0.0
 
 
+class MatchLoad(_Spec):
+    """Judge the canary against stable at the same concurrency (``rolloutd.core.stats.matched``):
+    per replica and ``slice``, the latency histogram's increase and the mean requests in
+    flight, compared within the load ``bands`` both pools carried."""
+
+    slice: Duration = timedelta(seconds=30)
+    """How finely the window is cut: a few scrapes, shorter than load changes."""
+    bands: list[float] | None = None
+    """Load-band edges in requests in flight per replica, from 0 (default: 0, 1, 2, 3, 4, 6,
+    8, 12, ... 96)."""
+    min_requests: int = Field(default=20, ge=1)
+    """Requests a band needs on each pool before it is compared."""
+    edge_quantile: float = Field(default=0.7, gt=0.0, lt=1.0)
+    """Where a band's "slow" edge sits: the histogram edge nearest this quantile of stable's
+    requests in the band, with at most half of them above it."""
+    detect_ratio: float = Field(default=2.0, gt=1.0)
+    """No pass before the requests compared could show a canary whose share of slow requests
+    is this many times stable's (a pass on less is a test that could not have failed)."""
+
+    @model_validator(mode="after")
+    def _sane(self) -> Self:
+        if self.slice <= timedelta(0):
+            raise ValueError("slice must be longer than 0s")
+        if self.bands is not None:
+            edges = self.bands
+            if len(edges) < 2 or edges[0] != 0 or edges != sorted(set(edges)):
+                raise ValueError(
+                    f"bands must be increasing edges starting at 0 (e.g. [0, 1, 2, 4, 8]), "
+                    f"not {edges!r}"
+                )
+        return self
+
+
+def _match_load(value: object) -> object:
+    # `match_load: true` takes every default; `false` is no matching at all.
+    if value is True:
+        return MatchLoad()
+    if value is False:
+        return None
+    return value
+
+
 class LatencyGate(_Gate):
     """A latency quantile against an absolute target and against stable."""
 
@@ -203,8 +245,21 @@ class LatencyGate(_Gate):
     min_samples: int = Field(default=0, ge=0)
     min_load_ratio: float | None = Field(default=None, ge=0.0)
     """The canary's load per replica, as a share of stable's, below which the gate may fail
-    but not pass: an underloaded canary's short queue flatters its latency. Default 0.7;
-    0 accepts a pass at any load."""
+    but not pass: an underloaded canary's short queue flatters its latency. Default 0.7
+    (none with ``match_load``, which compares at the load the canary carries); 0 accepts a
+    pass at any load."""
+    match_load: Annotated[MatchLoad | None, BeforeValidator(_match_load)] = None
+    """Compare with stable at matched concurrency (needs ``max_ratio``): the gate can pass
+    at 5% on a one-to-one fleet, and names the load bands it could not judge."""
+
+    @model_validator(mode="after")
+    def _matching_compares(self) -> Self:
+        if self.match_load is not None and self.max_ratio is None:
+            raise ValueError(
+                "match_load compares the canary with stable: set max_ratio too (e.g. 1.25: "
+                "the canary's share of slow requests at most 1.25x stable's at the same load)"
+            )
+        return self
 
     def live_pools(self) -> frozenset[Literal["canary", "stable"]]:
         # At 100% the ratio to stable is dropped and the target alone is judged.
@@ -212,7 +267,9 @@ class LatencyGate(_Gate):
 
     def load_floor(self) -> float:
         """The effective ``min_load_ratio`` (0: a pass at any load)."""
-        return DEFAULT_MIN_LOAD_RATIO if self.min_load_ratio is None else self.min_load_ratio
+        if self.min_load_ratio is not None:
+            return self.min_load_ratio
+        return 0.0 if self.match_load is not None else DEFAULT_MIN_LOAD_RATIO
 
 
 class CapacityGate(_Gate):
