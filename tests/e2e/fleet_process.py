@@ -4,11 +4,14 @@ In production the daemon shares a host with nothing this busy; in one Python pro
 16 agent threads and four replica servers would hold the GIL most of the time and slow the
 daemon's ticks several-fold. So the e2e tests and the bench run the fleet here:
 
-    python -m tests.e2e.fleet_process FLAVOR
+    python -m tests.e2e.fleet_process FLAVOR [TOPOLOGY]
 
-prints one JSON line ``{"replicas": [{"name", "pool", "url"}, ...], "gateway": URL}`` and
-then reads commands, one JSON object a line, from stdin: ``{"traffic": URL}`` starts the
-agents against URL (HAProxy), ``{"stop": true}`` or end of input stops everything. Faults
+(TOPOLOGY: ``reference``, three stable replicas and one canary, or ``one-to-one``: gpu-a
+stable, gpu-d canary) prints one JSON line ``{"replicas": [{"name", "pool", "url"}, ...],
+"gateway": URL}`` and then reads commands, one JSON object a line, from stdin:
+``{"traffic": URL}`` starts the agents against URL (HAProxy), ``{"agents": N}`` replaces
+them with N agents (load that moves, as a day's does), ``{"stop": true}`` or end of input
+stops everything. Faults
 go to each replica's admin endpoint (``POST /admin/faults``), as an operator would send them.
 """
 
@@ -46,10 +49,10 @@ class ReplicaInfo:
 class FleetProcess:
     """The parent's handle on the child process."""
 
-    def __init__(self, flavor: str, log: Path) -> None:
+    def __init__(self, flavor: str, log: Path, topology: str = "reference") -> None:
         self._log = log.open("ab")
         self.process = subprocess.Popen(
-            [sys.executable, "-m", "tests.e2e.fleet_process", flavor],
+            [sys.executable, "-m", "tests.e2e.fleet_process", flavor, topology],
             cwd=REPO,
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
@@ -88,6 +91,10 @@ class FleetProcess:
         """Start the agents against ``url``."""
         self._send({"traffic": url})
 
+    def set_agents(self, count: int) -> None:
+        """Replace the agents with ``count`` of them (after ``start_traffic``)."""
+        self._send({"agents": count})
+
     def stop(self) -> None:
         """Stop the agents and the fleet; kill the process if it does not exit in 10 s."""
         if self.process.poll() is None:
@@ -108,14 +115,34 @@ class FleetProcess:
         self.process.stdin.flush()
 
 
-def _serve(flavor: str, commands: IO[str], out: IO[str]) -> None:
-    from rolloutd.sim.fleet import Fleet
+def _serve(flavor: str, topology: str, commands: IO[str], out: IO[str]) -> None:
+    from rolloutd.sim.fleet import Fleet, ReplicaSpec
     from rolloutd.sim.traffic import EscalationModel, TrafficGenerator, Workload
 
-    fleet = Fleet.reference(flavor=flavor, time_scale=TIME_SCALE).start()  # type: ignore[arg-type]
+    if topology == "one-to-one":
+        specs = [ReplicaSpec("gpu-a", "stable", flavor), ReplicaSpec("gpu-d", "canary", flavor)]  # type: ignore[arg-type]
+        fleet = Fleet(specs, time_scale=TIME_SCALE).start()
+    else:
+        fleet = Fleet.reference(flavor=flavor, time_scale=TIME_SCALE).start()  # type: ignore[arg-type]
     for replica in fleet.replicas():
         replica.set_faults(**BASELINE_FAULTS)
     traffic: TrafficGenerator | None = None
+    url, generation = "", 0
+
+    def agents(count: int) -> TrafficGenerator:
+        nonlocal generation
+        generation += 1  # new agents start new sessions
+        return TrafficGenerator(
+            url,
+            concurrency=count,
+            seed=generation,
+            gateway=fleet.gateway,
+            workload=Workload(min_turns=TURNS, max_turns=TURNS),
+            escalation=EscalationModel(base=ESCALATION_BASE),
+            time_scale=TIME_SCALE,
+            duration_s=3600,
+        ).start()
+
     try:
         replicas = [{"name": r.name, "pool": r.pool, "url": r.url} for r in fleet.replicas()]
         out.write(json.dumps({"replicas": replicas, "gateway": fleet.gateway.serve()}) + "\n")
@@ -125,15 +152,11 @@ def _serve(flavor: str, commands: IO[str], out: IO[str]) -> None:
             if command.get("stop"):
                 break
             if "traffic" in command and traffic is None:
-                traffic = TrafficGenerator(
-                    command["traffic"],
-                    concurrency=CONCURRENCY,
-                    gateway=fleet.gateway,
-                    workload=Workload(min_turns=TURNS, max_turns=TURNS),
-                    escalation=EscalationModel(base=ESCALATION_BASE),
-                    time_scale=TIME_SCALE,
-                    duration_s=3600,
-                ).start()
+                url = command["traffic"]
+                traffic = agents(CONCURRENCY)
+            if "agents" in command and traffic is not None:
+                traffic.stop()
+                traffic = agents(int(command["agents"]))
     finally:
         if traffic is not None:
             traffic.stop()
@@ -141,4 +164,4 @@ def _serve(flavor: str, commands: IO[str], out: IO[str]) -> None:
 
 
 if __name__ == "__main__":
-    _serve(sys.argv[1], sys.stdin, sys.stdout)
+    _serve(sys.argv[1], sys.argv[2] if len(sys.argv) > 2 else "reference", sys.stdin, sys.stdout)

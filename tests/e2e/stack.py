@@ -136,10 +136,17 @@ class Stack(Records):
     """Every service of one e2e run, and what its daemon wrote; use as a context manager
     (``close`` stops them all)."""
 
-    def __init__(self, database_url: str, flavor: Flavor = "triton", workdir: Path | None = None):
+    def __init__(
+        self,
+        database_url: str,
+        flavor: Flavor = "triton",
+        workdir: Path | None = None,
+        topology: str = "reference",
+    ):
         super().__init__(database_url)
         self.database_url = database_url
         self.flavor: Flavor = flavor
+        self.topology = topology
         self.templates = "vllm" if flavor == "vllm" else "triton-trtllm"
         self._tmp = None if workdir else tempfile.TemporaryDirectory(prefix="rolloutd-e2e-")
         self.dir = workdir or Path(self._tmp.name)  # type: ignore[union-attr]
@@ -156,7 +163,7 @@ class Stack(Records):
         """Start fleet, gateway exporter, HAProxy, Prometheus (targets up) and the traffic."""
         haproxy = find_binary("haproxy")
         prometheus = find_binary("prometheus")
-        self.fleet = FleetProcess(self.flavor, self.dir / "fleet.log")
+        self.fleet = FleetProcess(self.flavor, self.dir / "fleet.log", self.topology)
         self.haproxy = FleetHAProxy(self.dir, self.fleet.replicas, haproxy)
         self.haproxy.start()
         self.prometheus = PrometheusService(
