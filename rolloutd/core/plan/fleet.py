@@ -111,8 +111,27 @@ class NginxRouterSpec(_Spec):
         return self
 
 
+class LiteLLMRouterSpec(_Spec):
+    """A LiteLLM proxy running rolloutd's plugin (``config/litellm/``), no proxy database.
+
+    The driver writes ``model_group``'s weights to ``weights_path``, a file in the directory
+    the plugin reads (``ROLLOUTD_LITELLM_WEIGHTS_DIR``), and reads back what the plugin
+    applies at ``state_url`` (the proxy's ``/rolloutd/weights``), sending the proxy's master
+    key from the environment variable ``master_key_env`` when it is set there.
+    """
+
+    driver: Literal["litellm"]
+    weights_path: str = Field(min_length=1)
+    model_group: str = Field(min_length=1, max_length=200)
+    state_url: HttpUrl
+    master_key_env: str | None = Field(
+        default="LITELLM_MASTER_KEY", pattern=r"^[A-Za-z_][A-Za-z0-9_]{0,99}$"
+    )
+    session_header: str = Field(default="X-Session-Id", pattern=r"^[A-Za-z0-9][A-Za-z0-9-]{0,99}$")
+
+
 RouterSpec = Annotated[
-    MemoryRouterSpec | FileRouterSpec | HAProxyRouterSpec | NginxRouterSpec,
+    MemoryRouterSpec | FileRouterSpec | HAProxyRouterSpec | NginxRouterSpec | LiteLLMRouterSpec,
     Field(discriminator="driver"),
 ]
 
