@@ -185,7 +185,6 @@ class DiesBeforeWrite:
         self.router.check()
 
 
-@pytest.mark.serial
 def test_the_proxy_down_is_a_temporary_error_backed_off_and_nothing_is_lost(
     store: StoreHandle, tmp_path: Path
 ) -> None:
