@@ -13,6 +13,12 @@ session on the canary at 5% is still there at 25%.
 HAProxy changes weights over its runtime API; NGINX has no such API, so a change there is a
 rendered include, ``nginx -T``, ``nginx -s reload``, and the wait for the old workers to stop
 accepting (the master gives them 100 ms) -- that wait dominates its figure.
+
+The LiteLLM proxy (when installed, see .ci/run; two simulated vLLM replicas behind it) gets a
+weights file its rolloutd plugin re-reads, verified at the plugin's read-back. Its split is
+``--turns`` turns of each session through the plugin's own pick on the weights the proxy
+applies, plus ``--sample`` real requests through the proxy that must land where the pick says
+(a real request costs tens of milliseconds of the proxy's Python; 30,000 would take minutes).
 """
 
 from __future__ import annotations
@@ -28,6 +34,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the tests' servi
 
 from rolloutd.routers.base import Router
 from rolloutd.routers.filedriver import FileRouter
+from rolloutd.routers.litellm_pools import SessionPools, WeightsDirectory
+from tests.routers.litellm_service import DEPLOYMENTS, GROUP, LiteLLMService
 from tests.routers.services import (
     HAProxyService,
     NginxService,
@@ -75,11 +83,73 @@ def measure_split(service: HAProxyService | NginxService, sessions: list[str]) -
     return rows
 
 
+def litellm_turns(service: LiteLLMService, sessions: list[str], turns: int) -> dict[str, set[str]]:
+    """The pools each session's turns were picked for by the plugin's code, turn by turn."""
+    pools = SessionPools(WeightsDirectory(service.weights_dir))
+    deployments = [
+        {"model_name": GROUP, "litellm_params": {}, "model_info": {"id": i, "rolloutd_pool": p}}
+        for i, p in DEPLOYMENTS.items()
+    ]
+    seen: dict[str, set[str]] = {s: set() for s in sessions}
+    for _ in range(turns):
+        for session in sessions:
+            kwargs = {"metadata": {"headers": {"x-session-id": session}}}
+            seen[session].add(pools.pick(GROUP, deployments, kwargs)[0]["model_info"]["id"])
+    return {s: {DEPLOYMENTS[d] for d in ids} for s, ids in seen.items()}
+
+
+def measure_litellm_split(
+    service: LiteLLMService, sessions: list[str], turns: int, sample: int
+) -> list[str]:
+    """Rows of the split table for the LiteLLM proxy, and its stickiness and moves."""
+    router = service.router()
+    picked: dict[int, dict[str, set[str]]] = {}
+    rows = []
+    for weight in (5, 25):
+        router.set_weight(weight)
+        picked[weight] = litellm_turns(service, sessions, turns)
+        canary = sum(1 for pools in picked[weight].values() if pools == {"canary"})
+        mixed = sum(1 for pools in picked[weight].values() if len(pools) > 1)
+        low, high = binomial_interval(len(sessions), weight / 100)
+        inside = "yes" if low <= canary <= high else "NO"
+        real = sessions[: sample // 2] * 2
+        answers = service.route(real)
+        agree = sum(a in picked[weight][s] for a, s in zip(answers, real, strict=True))
+        rows.append(
+            f"| LiteLLM  | {weight:3}% | {canary:6} | {low:4}-{high:<4} | {inside:6} |"
+            f" turns on both pools: {mixed}; real requests where the pick said: "
+            f"{agree}/{len(real)} |"
+        )
+    on = {w: {s for s, p in picked[w].items() if p == {"canary"}} for w in picked}
+    moved = len(on[25] - on[5])
+    rows.append(
+        f"| 5% -> 25% moved {moved} sessions ({100 * moved / len(sessions):.2f} points); "
+        f"on the canary at 5% and not at 25%: {len(on[5] - on[25])} |"
+    )
+    router.set_weight(0)
+    return rows
+
+
+def start_litellm(directory: Path) -> LiteLLMService | None:
+    """The LiteLLM proxy with its two replicas, or None (said why) when it cannot start."""
+    directory.mkdir()
+    service = LiteLLMService(directory)
+    try:
+        service.start()
+    except BaseException as exc:  # not installed (tests.required's Failed) or broken
+        print(f"the LiteLLM proxy is not available: skipped ({exc})")
+        service.close()
+        return None
+    return service
+
+
 def main() -> None:
     """Run the measurements and print both tables."""
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--changes", type=int, default=100, help="changes timed per driver")
     parser.add_argument("--sessions", type=int, default=2000, help="sessions per split")
+    parser.add_argument("--turns", type=int, default=15, help="LiteLLM: turns per session")
+    parser.add_argument("--sample", type=int, default=300, help="LiteLLM: real requests")
     args = parser.parse_args()
 
     pools = Pools()
@@ -87,6 +157,7 @@ def main() -> None:
     with tempfile.TemporaryDirectory(prefix="router-bench-") as scratch:
         root = Path(scratch)
         routers: dict[str, Router] = {"file": FileRouter(root / "weights.json")}
+        litellm: LiteLLMService | None = None
         try:
             for name, kind in (("haproxy", HAProxyService), ("nginx", NginxService)):
                 binary = which(name)
@@ -98,6 +169,9 @@ def main() -> None:
                 service.start()
                 services.append(service)
                 routers[name] = service.router()
+            litellm = start_litellm(root / "litellm")
+            if litellm is not None:
+                routers["litellm"] = litellm.router()
             print(f"One weight change, set + verified read-back ({args.changes} changes each):\n")
             print("| driver  | median ms | p90 ms | x file |")
             print("|---------|-----------|--------|--------|")
@@ -117,9 +191,13 @@ def main() -> None:
             print("|----------|------|--------|-----------|--------|")
             for service in services:
                 print("\n".join(measure_split(service, sessions)))
+            if litellm is not None:
+                print("\n".join(measure_litellm_split(litellm, sessions, args.turns, args.sample)))
         finally:
             for service in services:
                 service.stop()
+            if litellm is not None:
+                litellm.close()
             pools.close()
 
 

@@ -15,7 +15,7 @@ import threading
 from collections.abc import Callable
 from typing import Protocol, TypeVar
 
-from rolloutd.core.plan import FileRouterSpec, MemoryRouterSpec, Plan
+from rolloutd.core.plan import FileRouterSpec, LiteLLMRouterSpec, MemoryRouterSpec, Plan
 from rolloutd.deploy.base import Executor
 from rolloutd.errors import PermanentError
 from rolloutd.gates.base import MetricsSource
@@ -124,6 +124,8 @@ class PlanDrivers:
                 canary_upstream=spec.upstreams["canary"],
                 **{name: getattr(spec, name) for name in same.split()},
             )
+        if isinstance(spec, LiteLLMRouterSpec):
+            return _litellm_router(spec)
         raise PermanentError(f"router driver {spec.driver!r} is not available in this rolloutd")
 
     def _build_metrics(self, plan: Plan) -> MetricsSource:
@@ -158,3 +160,21 @@ class PlanDrivers:
                 # this rollout is inconclusive with this message until the file is fixed.
                 raise PermanentError(f"metrics templates: {exc}") from None
         raise PermanentError(f"metrics source {spec.source!r} is not available in this rolloutd")
+
+
+def _litellm_router(spec: LiteLLMRouterSpec) -> Router:
+    """The LiteLLM driver, with the master key from the environment (a secret from then on)."""
+    import os
+
+    from rolloutd.redact import register_secret
+    from rolloutd.routers.litellm_proxy import LiteLLMRouter
+
+    key = os.environ.get(spec.master_key_env) if spec.master_key_env else None
+    register_secret(key)
+    return LiteLLMRouter(
+        spec.weights_path,
+        model_group=spec.model_group,
+        state_url=spec.state_url,
+        session_header=spec.session_header,
+        master_key=key,
+    )

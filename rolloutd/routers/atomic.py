@@ -10,11 +10,21 @@ from __future__ import annotations
 
 import os
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
 
 
-def replace_file(path: Path, data: bytes, *, mode: int = 0o644) -> None:
+def replace_file(
+    path: Path,
+    data: bytes,
+    *,
+    mode: int = 0o644,
+    before_replace: Callable[[], None] | None = None,
+) -> None:
     """Atomically make ``path`` hold exactly ``data``.
+
+    ``before_replace`` runs after the new file is on disk, right before the rename; what it
+    raises leaves ``path`` unchanged (a router write checks its deadline there).
 
     :raises OSError: when the directory cannot be written; ``path`` is then unchanged.
     """
@@ -25,6 +35,8 @@ def replace_file(path: Path, data: bytes, *, mode: int = 0o644) -> None:
             handle.flush()
             os.fsync(handle.fileno())
         os.chmod(tmp, mode)
+        if before_replace is not None:
+            before_replace()
         os.replace(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)

@@ -1,4 +1,5 @@
-"""Fixtures for the router tests: the two HTTP pools, a real haproxy and a real nginx.
+"""Fixtures for the router tests: the two HTTP pools, a real haproxy, a real nginx and a real
+LiteLLM proxy (with its own two simulated vLLM replicas).
 
 The servers live for the whole session (starting them costs tenths of a second each); every
 test that uses one starts from weight 0 through its own driver. Tests that break a server
@@ -12,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.routers.litellm_service import LiteLLMService
 from tests.routers.services import HAProxyService, NginxService, Pools, find_binary
 
 
@@ -53,3 +55,14 @@ def nginx_service(tmp_path_factory: pytest.TempPathFactory, pools: Pools) -> Ite
     service = start_nginx(tmp_path_factory.mktemp("nginx"), pools)
     yield service
     service.stop()
+
+
+@pytest.fixture(scope="session")
+def litellm_service(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LiteLLMService]:
+    """A LiteLLM proxy shared by the session, with rolloutd's plugin; stopped at the end."""
+    service = LiteLLMService(tmp_path_factory.mktemp("litellm"))
+    try:
+        service.start()
+        yield service
+    finally:
+        service.close()

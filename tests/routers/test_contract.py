@@ -1,7 +1,8 @@
-"""The router contract, run against every driver: the memory twin, file, HAProxy and NGINX.
+"""The router contract, run against every driver: the memory twin, file, HAProxy, NGINX and
+the LiteLLM proxy.
 
-HAProxy and NGINX are the real servers (see ``conftest.py``); a driver passes when what it
-reads back is what the load balancer does, whoever changed it.
+HAProxy, NGINX and LiteLLM are the real servers (see ``conftest.py``); a driver passes when
+what it reads back is what the load balancer does, whoever changed it.
 """
 
 from __future__ import annotations
@@ -17,7 +18,9 @@ from rolloutd.errors import PermanentError
 from rolloutd.routers.base import MemoryRouter, Router, RouterState
 from rolloutd.routers.filedriver import FileRouter
 from rolloutd.routers.haproxy_api import RuntimeAPI
+from rolloutd.routers.litellm_split import GroupWeights
 from rolloutd.routers.nginx_conf import Split, render
+from tests.routers.litellm_service import GROUP, LiteLLMService
 from tests.routers.services import BACKEND, HAProxyService, NginxService
 
 
@@ -68,7 +71,23 @@ def _nginx(request: pytest.FixtureRequest) -> Case:
     return Case(service.router(), service.router, tamper, mirrors=True)
 
 
-DRIVERS = {"memory": _memory, "file": _file, "haproxy": _haproxy, "nginx": _nginx}
+def _litellm(request: pytest.FixtureRequest) -> Case:
+    service: LiteLLMService = request.getfixturevalue("litellm_service")
+
+    def tamper(weight: int) -> None:
+        # The weights file edited by hand: the plugin applies it on its next look.
+        service.weights_path.write_text(GroupWeights(GROUP, weight).to_json())
+
+    return Case(service.router(), service.router, tamper, mirrors=True)
+
+
+DRIVERS = {
+    "memory": _memory,
+    "file": _file,
+    "haproxy": _haproxy,
+    "nginx": _nginx,
+    "litellm": _litellm,
+}
 
 
 def _from_zero(request: pytest.FixtureRequest) -> Iterator[Case]:

@@ -1,4 +1,4 @@
-"""Plans that name the HAProxy or NGINX driver get it, built from the plan's fields."""
+"""Plans that name the HAProxy, NGINX or LiteLLM driver get it, built from the plan's fields."""
 
 from __future__ import annotations
 
@@ -12,6 +12,7 @@ from rolloutd.drivers import PlanDrivers
 from rolloutd.errors import PermanentError
 from rolloutd.planfile import parse_plan
 from rolloutd.routers.haproxy import HAProxyRouter
+from rolloutd.routers.litellm_proxy import LiteLLMRouter
 from rolloutd.routers.nginx import NginxRouter
 from rolloutd.routers.nginx_conf import Split
 
@@ -84,3 +85,51 @@ def test_a_rollouts_drivers_are_built_once_until_its_plan_changes_or_it_is_forgo
     drivers.forget(1)
     assert drivers.router(1, changed) is not rebuilt
     assert drivers.metrics(1, changed) is not metrics
+
+
+LITELLM = {
+    "driver": "litellm",
+    "weights_path": "/var/lib/rolloutd/litellm/atlas-70b.json",
+    "model_group": "atlas-70b",
+    "state_url": "http://127.0.0.1:4000/rolloutd/weights",
+    "master_key_env": "ROLLOUTD_TEST_LITELLM_KEY",
+}
+
+
+def test_a_litellm_plan_with_a_mirrored_shadow_step_is_valid_and_gets_its_driver(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The reference plan naming ``driver: litellm`` validates, mirrored shadow step and all
+    (LiteLLM mirrors), and builds a driver with the group, paths and the key from the
+    environment, which the driver never shows."""
+    monkeypatch.setenv("ROLLOUTD_TEST_LITELLM_KEY", "sk-plan-test-91b2c3d4e5")
+    data = yaml.safe_load(EXAMPLE.read_text())
+    data["router"] = LITELLM
+    shadow = [i for i, step in enumerate(data["steps"]) if step["kind"] == "shadow"]
+    assert shadow
+    data["steps"][shadow[0]]["mirror"] = True
+    plan = parse_plan(yaml.safe_dump(data), source="plan.yaml").plan
+    router = PlanDrivers().router(1, plan)
+    assert isinstance(router, LiteLLMRouter)
+    assert (router.model_group, str(router.weights_path)) == ("atlas-70b", LITELLM["weights_path"])
+    assert "sk-plan-test" not in repr(router) and "sk-plan-test" not in str(vars(router).keys())
+
+
+@pytest.mark.parametrize(
+    ("field", "value", "named"),
+    [
+        ("state_url", "not a url", "router.state_url"),
+        ("model_group", "", "router.model_group"),
+        ("master_key_env", "sk-the-key-itself!", "router.master_key_env"),
+    ],
+)
+def test_a_bad_litellm_router_section_names_its_field(field: str, value: str, named: str) -> None:
+    """A broken litellm section is refused with the file and the field."""
+    from rolloutd.errors import BadInput
+
+    data = yaml.safe_load(EXAMPLE.read_text())
+    data["router"] = {**LITELLM, field: value}
+    with pytest.raises(BadInput) as refused:
+        parse_plan(yaml.safe_dump(data), source="plan.yaml")
+    assert named in str(refused.value) and "plan.yaml" in str(refused.value)
+    assert "sk-the-key-itself" not in str(refused.value)

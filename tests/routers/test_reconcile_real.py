@@ -1,5 +1,5 @@
-"""The reconciler driving real HAProxy and NGINX: a step counts only once it is read back,
-and a change made behind rolloutd's back is found and undone."""
+"""The reconciler driving real HAProxy, NGINX and the LiteLLM proxy: a step counts only once
+it is read back, and a change made behind rolloutd's back is found and undone."""
 
 from __future__ import annotations
 
@@ -9,8 +9,10 @@ import pytest
 
 from rolloutd.routers.base import RouterState
 from rolloutd.routers.haproxy_api import RuntimeAPI
+from rolloutd.routers.litellm_split import GroupWeights
 from rolloutd.routers.nginx_conf import Split, render
 from tests.reconcile.test_reconcile import Harness
+from tests.routers.litellm_service import GROUP, LiteLLMService
 from tests.routers.services import BACKEND, HAProxyService, NginxService
 
 if TYPE_CHECKING:
@@ -28,7 +30,14 @@ def _tamper_nginx(service: NginxService) -> None:
     service.reload()
 
 
-@pytest.mark.parametrize("proxy", ["haproxy", "nginx"])
+def _tamper_litellm(service: LiteLLMService) -> None:
+    service.weights_path.write_text(GroupWeights(GROUP, 50).to_json())
+
+
+TAMPER = {"haproxy": _tamper_haproxy, "nginx": _tamper_nginx, "litellm": _tamper_litellm}
+
+
+@pytest.mark.parametrize("proxy", sorted(TAMPER))
 def test_steps_are_verified_on_the_real_proxy_and_drift_is_repaired(
     store: StoreHandle, request: pytest.FixtureRequest, proxy: str
 ) -> None:
@@ -41,7 +50,7 @@ def test_steps_are_verified_on_the_real_proxy_and_drift_is_repaired(
     assert h.tick() == "running"
     assert service.router().read_weight() == RouterState(5)
     h.tick(seconds=5)
-    (_tamper_haproxy if proxy == "haproxy" else _tamper_nginx)(service)
+    TAMPER[proxy](service)
     assert service.router().read_weight() == RouterState(50)
     h.tick(seconds=5)
     assert "drift" in h.events()

@@ -1,5 +1,6 @@
 """A weight change that failed before a rollback must never be replayed after it, on real
-HAProxy and NGINX: the rollback ends at 0% canary and the stale change is kept as superseded."""
+HAProxy, NGINX and the LiteLLM proxy: the rollback ends at 0% canary and the stale change is
+kept as superseded."""
 
 from __future__ import annotations
 
@@ -17,7 +18,10 @@ from tests.reconcile.test_reconcile import Harness
 if TYPE_CHECKING:
     from conftest import StoreHandle
 
+    from tests.routers.litellm_service import LiteLLMService
     from tests.routers.services import HAProxyService, NginxService
+
+    Service = HAProxyService | NginxService | LiteLLMService
 
 
 class Wedged:
@@ -51,8 +55,8 @@ class Wedged:
         return self.asked[self.asked.index(0) :] if 0 in self.asked else []
 
 
-def _service(request: pytest.FixtureRequest, proxy: str) -> HAProxyService | NginxService:
-    service: HAProxyService | NginxService = request.getfixturevalue(f"{proxy}_service")
+def _service(request: pytest.FixtureRequest, proxy: str) -> Service:
+    service: Service = request.getfixturevalue(f"{proxy}_service")
     service.router().set_weight(0)
     request.addfinalizer(lambda: service.router().set_weight(0))
     return service
@@ -87,7 +91,7 @@ def _expect_rolled_back_at_zero(
     assert _statuses_of_weight(h, 25) == ["superseded"]
 
 
-@pytest.mark.parametrize("proxy", ["haproxy", "nginx"])
+@pytest.mark.parametrize("proxy", ["haproxy", "nginx", "litellm"])
 def test_a_failed_weight_change_then_a_breach_ends_rolled_back_at_zero(
     store: StoreHandle, request: pytest.FixtureRequest, proxy: str
 ) -> None:
@@ -104,7 +108,7 @@ def test_a_failed_weight_change_then_a_breach_ends_rolled_back_at_zero(
     _expect_rolled_back_at_zero(h, wedged, states[-1], service.router().read_weight())
 
 
-@pytest.mark.parametrize("proxy", ["haproxy", "nginx"])
+@pytest.mark.parametrize("proxy", ["haproxy", "nginx", "litellm"])
 def test_abort_while_a_25_percent_change_is_pending_ends_at_zero(
     store: StoreHandle, request: pytest.FixtureRequest, proxy: str
 ) -> None:

@@ -127,7 +127,7 @@ def _gates_without_traffic(plan: Plan) -> list[tuple[str, str]]:
                 continue
             why = (
                 "the canary serves no live requests at 0% without mirroring (judge it there "
-                "with a suite gate, or mirror traffic with the nginx driver)"
+                "with a suite gate, or mirror traffic with the nginx or litellm driver)"
                 if idle == "canary"
                 else "stable serves no live requests at 100% to compare with"
             )
@@ -152,7 +152,8 @@ def _mirroring(plan: Plan) -> list[tuple[str, str]]:
         (
             f"steps[{i}].mirror",
             "HAProxy cannot mirror traffic: set 'mirror: false' (the shadow gates then exercise "
-            "the canary directly, e.g. the tool-argument suite) or use the nginx driver",
+            "the canary directly, e.g. the tool-argument suite) or use the nginx or litellm "
+            "driver",
         )
         for i, step in enumerate(plan.steps)
         if isinstance(step, ShadowStep) and step.mirror

@@ -3,10 +3,11 @@ source, the pinned artefact sets and the engine shape for the capacity arithmeti
 
 from __future__ import annotations
 
+import re
 from datetime import timedelta
 from typing import Annotated, Literal, Self
 
-from pydantic import Field, model_validator
+from pydantic import Field, field_validator, model_validator
 
 from rolloutd.core.capacity import MAX_COUNT, MAX_GB, MAX_GPUS
 from rolloutd.core.plan.base import Duration, Fraction, HttpUrl, Name, _Spec
@@ -30,6 +31,9 @@ class Pools(_Spec):
 
     stable: Pool
     canary: Pool
+
+
+_VARIABLE = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,99}")
 
 
 class MemoryRouterSpec(_Spec):
@@ -111,8 +115,37 @@ class NginxRouterSpec(_Spec):
         return self
 
 
+class LiteLLMRouterSpec(_Spec):
+    """A LiteLLM proxy running rolloutd's plugin (``config/litellm/``), no proxy database.
+
+    The driver writes ``model_group``'s weights to ``weights_path``, a file in the directory
+    the plugin reads (``ROLLOUTD_LITELLM_WEIGHTS_DIR``), and reads back what the plugin
+    applies at ``state_url`` (the proxy's ``/rolloutd/weights``), sending the proxy's master
+    key from the environment variable ``master_key_env`` when it is set there.
+    """
+
+    driver: Literal["litellm"]
+    weights_path: str = Field(min_length=1)
+    model_group: str = Field(min_length=1, max_length=200)
+    state_url: HttpUrl
+    master_key_env: str | None = "LITELLM_MASTER_KEY"
+    session_header: str = Field(default="X-Session-Id", pattern=r"^[A-Za-z0-9][A-Za-z0-9-]{0,99}$")
+
+    @field_validator("master_key_env")
+    @classmethod
+    def _a_variable_name(cls, value: str | None) -> str | None:
+        # Whatever was written here may be the key itself, pasted in the wrong place: the
+        # message never repeats it.
+        if value is not None and not _VARIABLE.fullmatch(value):
+            raise ValueError(
+                "expected the name of an environment variable holding the master key "
+                "(letters, digits, _), not the key itself; the value is not shown"
+            )
+        return value
+
+
 RouterSpec = Annotated[
-    MemoryRouterSpec | FileRouterSpec | HAProxyRouterSpec | NginxRouterSpec,
+    MemoryRouterSpec | FileRouterSpec | HAProxyRouterSpec | NginxRouterSpec | LiteLLMRouterSpec,
     Field(discriminator="driver"),
 ]
 
