@@ -18,6 +18,7 @@ from datetime import datetime
 from typing import TYPE_CHECKING, Any
 from urllib.parse import quote, urlsplit
 
+from rolloutd.deploy.drills import DRILL_ENVIRONMENT
 from rolloutd.errors import NotFound
 from rolloutd.operations import plan_of
 from rolloutd.redact import scrub
@@ -25,11 +26,14 @@ from rolloutd.store import page_reads, queries
 from rolloutd.store.evaluations import roles_of
 from rolloutd.store.retention import DECISIVE_EVENTS
 from rolloutd.views import history_view, status_view
+from rolloutd.web.decision import Decision, decision_of, shown_verdict
 
 if TYPE_CHECKING:
     from rolloutd.store.types import Session
 
 MAX_POINTS = 600
+ENDED = ("completed", "rolled_back", "aborted", "failed")
+"""States in which a gate never evaluated will never be: its card is folded away."""
 """Evaluations drawn per gate, at most, besides the decisive ones."""
 _THRESHOLD = re.compile(r"^\s*(<=|>=|<|>)\s*(-?[0-9.]+(?:e-?[0-9]+)?)")
 
@@ -64,6 +68,18 @@ class GateChart:
     points: list[Point]
     query: str | None = None
     prometheus_link: str | None = None
+    decided: bool = False
+    """Whether this gate's evaluation is the one the rollback acted on."""
+
+    @property
+    def compared(self) -> bool:
+        """Whether the gate judges canary against stable (its points carry stable's value)."""
+        return any(p.stable is not None for p in self.points)
+
+    @property
+    def interval(self) -> bool:
+        """Whether the gate's test gave the canary an interval (drawn as a band)."""
+        return any(p.lower is not None and p.upper is not None for p in self.points)
 
     @property
     def thinned(self) -> bool:
@@ -86,6 +102,9 @@ class RolloutPage:
     started: datetime
     ended: datetime
     version: str
+    decision: Decision | None = None
+    not_reached: list[str] = field(default_factory=list)
+    """Gates of an ended rollout that were never evaluated (a later step's, say)."""
     extra: dict[str, Any] = field(default_factory=dict)
 
 
@@ -134,6 +153,14 @@ def rollout_page(session: Session, rollout_id: int, *, now: datetime) -> Rollout
     if status["state"] in ("running", "pending", "paused", "awaiting_promotion"):
         ended = max(ended, now)
     gates = _charts(session, plan, stored, decisions, started, ended)
+    decision = _decision(session, decisions, gates)
+    # The deciding gate's card comes first; on an ended rollout, gates never reached fold away.
+    gates.sort(key=lambda g: not g.decided)
+    not_reached: list[str] = []
+    if status["state"] in ENDED:
+        not_reached = [g.name for g in gates if g.stored == 0]
+        gates = [g for g in gates if g.stored]
+    artefacts = _artefacts(session, [plan.artefacts.stable, plan.artefacts.canary])
     return RolloutPage(
         status=status,
         events=events,
@@ -141,12 +168,23 @@ def rollout_page(session: Session, rollout_id: int, *, now: datetime) -> Rollout
         weights=_weights(steps, events),
         gates=gates,
         suite_runs=_suite_runs(session, rollout_id),
-        artefacts=_artefacts(session, [plan.artefacts.stable, plan.artefacts.canary]),
-        drills=_drills(session, plan.name, plan.environment),
+        artefacts=[{k: v for k, v in a.items() if k != "full_digest"} for a in artefacts],
+        drills=_drills(session, artefacts, rollout.created_at),
         started=started,
         ended=ended,
         version=version(session, rollout_id),
+        decision=decision,
+        not_reached=not_reached,
     )
+
+
+def _decision(session: Session, decisions: list[Any], gates: list[GateChart]) -> Decision | None:
+    """The rollback's decision, when the rollout rolled back (the first rollback counts)."""
+    rollback = next((d for d in decisions if d.kind == "rollback_started"), None)
+    if rollback is None:
+        return None
+    decider = next((p.id for g in gates for p in g.points if p.decided_rollback), None)
+    return decision_of(session, rollback, decider)
 
 
 def _charts(
@@ -188,6 +226,7 @@ def _charts(
                 points=points,
                 query=query,
                 prometheus_link=link,
+                decided=decider is not None,
             )
         )
     return charts
@@ -274,7 +313,7 @@ def _points(session: Session, ids: set[int], decider: int | None) -> list[Point]
                 id=row.id,
                 at=row.evaluated_at,
                 step=row.step_index + 1,
-                verdict=row.verdict,
+                verdict=shown_verdict(row.verdict, roles_of(row.role)),
                 canary=_number(row.value),
                 stable=_number(_dig(evidence, "stable", "rate")),
                 lower=_number(canary_bounds.get("lower")),
@@ -355,6 +394,7 @@ def _artefacts(session: Session, names: list[str]) -> list[dict[str, Any]]:
             "name": a.name,
             "engine": a.engine,
             "digest": a.digest,
+            "full_digest": a.digest,
             "files": len(a.files),
             "role": "stable" if a.name == names[0] else "canary",
         }
@@ -362,15 +402,35 @@ def _artefacts(session: Session, names: list[str]) -> list[dict[str, Any]]:
     ]
 
 
-def _drills(session: Session, plan_name: str, environment: str) -> list[dict[str, Any]]:
-    found = page_reads.drills_of_plan(session, plan_name, 10)
+def _drills(
+    session: Session, artefacts: list[dict[str, Any]], created: datetime
+) -> list[dict[str, Any]]:
+    """The drills of the rollout's (stable, canary) pair, whatever plan ran them: admission
+    asks for the pair's passed staging drill, not one of a plan of the same name. The newest
+    passed staging drill before the rollout was created is the one its start was admitted on."""
+    digests = {a["role"]: a["full_digest"] for a in artefacts}
+    if set(digests) != {"stable", "canary"}:
+        return []
+    found = page_reads.drills_of_pair(session, digests["stable"], digests["canary"], 10)
+    admitted = next(
+        (
+            d.id
+            for d in found
+            if d.environment == DRILL_ENVIRONMENT
+            and d.result == "passed"
+            and d.started_at <= created
+        ),
+        None,
+    )
     return [
         {
             "id": d.id,
+            "plan": d.plan_name,
             "environment": d.environment,
             "result": d.result,
             "started_at": d.started_at,
             "reason": scrub(d.reason or ""),
+            "admitted": d.id == admitted,
         }
         for d in found
     ]
