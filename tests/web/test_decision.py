@@ -32,7 +32,7 @@ GATES = {
 }
 
 
-def _rolled_back(store: StoreHandle) -> Harness:
+def rolled_back_on_compare(store: StoreHandle) -> Harness:
     """Escalations 6% vs 5% over 3,000 canary sessions: the final look at the end of the
     25% step rolls back on the compare trigger ``esc``; ``later`` (the 100% step's gate) is
     never reached."""
@@ -70,7 +70,7 @@ def test_the_decision_panel_comes_first_and_names_the_gate_value_and_evidence(
 ) -> None:
     """The panel precedes the charts and names the deciding gate, its value against the
     threshold, the samples, canary vs stable, the statistic, when, and links to its chart."""
-    h = _rolled_back(store)
+    h = rolled_back_on_compare(store)
     page = _page(h, report=False)
     panel = re.search(r'<section class="card decision" id="decision">.*?</section>', page, re.S)
     assert panel is not None
@@ -91,7 +91,7 @@ def test_the_decision_panel_comes_first_and_names_the_gate_value_and_evidence(
 def test_the_deciding_card_is_first_and_draws_canary_beside_stable(store: StoreHandle) -> None:
     """The deciding gate's card is the first, ringed and marked; its chart has both series,
     and its verdict reads *breach* as the legend and the events do."""
-    h = _rolled_back(store)
+    h = rolled_back_on_compare(store)
     page = _page(h, report=False)
     first = re.search(r'<section class="card gate[^"]*" id="gate-([^"]+)"', page)
     assert first is not None and first.group(1) == "esc"
@@ -108,7 +108,7 @@ def test_steps_are_named_on_the_time_axis_and_it_has_more_than_two_labels(
     store: StoreHandle,
 ) -> None:
     """Every entered step is labelled on the chart, and the time axis has six labels."""
-    h = _rolled_back(store)
+    h = rolled_back_on_compare(store)
     card = _gate_section(_page(h, report=False), "esc")
     labels = re.findall(r'<text class="step-label"[^>]*data-step="(\d+)">([^<]+)</text>', card)
     assert [n for n, _ in labels] == ["1", "2"], labels
@@ -118,7 +118,7 @@ def test_steps_are_named_on_the_time_axis_and_it_has_more_than_two_labels(
 
 def test_gates_never_reached_are_folded_away_once_the_rollout_ended(store: StoreHandle) -> None:
     """The 100% step's gate, never evaluated, is one folded line, not a card."""
-    h = _rolled_back(store)
+    h = rolled_back_on_compare(store)
     page = _page(h, report=False)
     assert 'id="gate-later"' not in page
     assert "no evaluation yet" not in page
@@ -155,7 +155,7 @@ def test_a_step_gate_that_only_held_is_not_drawn_as_the_breach(store: StoreHandl
 
 def test_the_report_keeps_its_stylesheet_unescaped(store: StoreHandle) -> None:
     """The report's inline CSS reaches the browser as written: quotes, not ``&#34;``."""
-    h = _rolled_back(store)
+    h = rolled_back_on_compare(store)
     page = _page(h, report=True)
     style = re.search(r"<style>(.*?)</style>", page, re.S)
     assert style is not None
@@ -169,7 +169,7 @@ def test_the_pairs_staging_drill_is_shown_whatever_plan_ran_it(
     """Admission looks for a passed staging drill of the artefact pair, not of the plan's
     name (the walkthrough drills ``atlas-70b-staging`` and starts another plan); the page
     finds the drill the same way and says it admitted the start."""
-    h = _rolled_back(store)
+    h = rolled_back_on_compare(store)
     sets = {
         role: pinned(tmp_path, name, {"max_seq_len": size})
         for role, name, size in (("stable", "fp8-msl32768", 32768), ("canary", "fp8-msl8192", 8192))
