@@ -167,12 +167,6 @@ def artefact_sets_named(session: Session, names: Sequence[str]) -> list[Artefact
     return list(session.scalars(select(ArtefactSet).where(ArtefactSet.name.in_(names))))
 
 
-def drills_of_plan(session: Session, plan_name: str, limit: int) -> list[Drill]:
-    """The plan's newest ``limit`` drills, newest first."""
-    query = select(Drill).where(Drill.plan_name == plan_name).order_by(Drill.id.desc())
-    return list(session.scalars(query.limit(limit)))
-
-
 def drills_of_pair(
     session: Session, stable_digest: str, canary_digest: str, limit: int
 ) -> list[Drill]:
