@@ -12,7 +12,6 @@ the database group the slices; only the kept rows' values and evidence are read.
 from __future__ import annotations
 
 import math
-import re
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
@@ -26,7 +25,7 @@ from rolloutd.store import page_reads, queries
 from rolloutd.store.evaluations import roles_of
 from rolloutd.store.retention import DECISIVE_EVENTS
 from rolloutd.views import history_view, status_view
-from rolloutd.web.decision import Decision, decision_of, shown_verdict
+from rolloutd.web.decision import THRESHOLD, Decision, decision_of, shown_verdict
 
 if TYPE_CHECKING:
     from rolloutd.store.types import Session
@@ -35,7 +34,6 @@ MAX_POINTS = 600
 ENDED = ("completed", "rolled_back", "aborted", "failed")
 """States in which a gate never evaluated will never be: its card is folded away."""
 """Evaluations drawn per gate, at most, besides the decisive ones."""
-_THRESHOLD = re.compile(r"^\s*(<=|>=|<|>)\s*(-?[0-9.]+(?:e-?[0-9]+)?)")
 
 
 @dataclass(frozen=True)
@@ -315,7 +313,7 @@ def _points(session: Session, ids: set[int], decider: int | None) -> list[Point]
                 step=row.step_index + 1,
                 verdict=shown_verdict(row.verdict, roles_of(row.role)),
                 canary=_number(row.value),
-                stable=_number(_dig(evidence, "stable", "rate")),
+                stable=stable_value(evidence),
                 lower=_number(canary_bounds.get("lower")),
                 upper=_number(canary_bounds.get("upper")),
                 reason=scrub(row.reason or ""),
@@ -327,7 +325,7 @@ def _points(session: Session, ids: set[int], decider: int | None) -> list[Point]
 
 def _limit(threshold: str | None) -> float | None:
     """The number a threshold such as ``<= 0.01`` draws as a line, if it names one."""
-    match = _THRESHOLD.match(threshold or "")
+    match = THRESHOLD.match(threshold or "")
     if match is None:
         return None
     value = float(match.group(2))
@@ -434,6 +432,13 @@ def _drills(
         }
         for d in found
     ]
+
+
+def stable_value(evidence: dict[str, Any]) -> float | None:
+    """Stable's value in an evaluation's evidence: the rate a count comparison measured, or
+    the quantile estimate a latency comparison made; None where the gate does not compare."""
+    rate = _number(_dig(evidence, "stable", "rate"))
+    return rate if rate is not None else _number(_dig(evidence, "stable", "estimate"))
 
 
 def _dig(value: Any, *keys: str) -> Any:

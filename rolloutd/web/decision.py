@@ -32,7 +32,8 @@ MEANING = {
     "inconclusive": "inconclusive",
     "pending": "pending",
 }
-_THRESHOLD = re.compile(r"^\s*(<=|>=|<|>)\s*(-?[0-9.]+(?:e-?[0-9]+)?)")
+THRESHOLD = re.compile(r"^\s*(?:p\d+\s*)?(<=|>=|<|>)\s*(-?[0-9.]+(?:e-?[0-9]+)?)")
+"""A threshold that names a number (``<= 0.05``, ``p95 < 14s``): the line a chart draws."""
 
 
 def shown_verdict(verdict: str, roles: Any) -> str:
@@ -97,8 +98,8 @@ def decision_of(session: Session, rollback: Any, decider: int | None) -> Decisio
             threshold=found.threshold or shown.threshold,
             samples=found.samples,
             statistic=_number(found.statistic),
-            canary=_number(canary.get("rate")),
-            stable=_number(stable.get("rate")),
+            canary=_number(canary.get("rate", canary.get("estimate"))),
+            stable=_number(stable.get("rate", stable.get("estimate"))),
             interval=None if lower is None or upper is None else (lower, upper),
             reason=scrub(found.reason or "") or shown.reason,
         )
@@ -107,7 +108,7 @@ def decision_of(session: Session, rollback: Any, decider: int | None) -> Decisio
 
 def _with_over(decision: Decision) -> Decision:
     """The decision with how far its value lay past a numeric threshold (``<= 0.05``)."""
-    match = _THRESHOLD.match(decision.threshold or "")
+    match = THRESHOLD.match(decision.threshold or "")
     if match is None or decision.value is None:
         return decision
     limit = float(match.group(2))

@@ -116,6 +116,47 @@ def test_steps_are_named_on_the_time_axis_and_it_has_more_than_two_labels(
     assert len(re.findall(r'<text class="tick x"', card)) == 6
 
 
+def _latency_buckets(median: float, count: int) -> list[list[float]]:
+    """A latency histogram: 50% under the median, 96% under twice it."""
+    shares = ((0.5, 0.1), (1, 0.5), (2, 0.96), (4, 1.0))
+    return [[median * at, count * share] for at, share in shares] + [[float("inf"), count]]
+
+
+def test_a_latency_comparison_draws_stable_its_interval_and_its_target(
+    store: StoreHandle,
+) -> None:
+    """A latency trigger against stable (p95 under 12 s and 1.5x stable) rolls back on a
+    canary four times slower: its chart draws stable's p95 beside the canary's, the canary's
+    p95 interval as a band, and the 12 s target as the threshold line."""
+    gates = {
+        "lat": {
+            "kind": "latency",
+            "signal": "e2e_latency",
+            "target_seconds": 12.0,
+            "max_ratio": 1.5,
+        },
+        "oom": {"kind": "events", "signal": "oom_events"},
+    }
+    plan = memory_plan(gate="", triggers=("lat", "oom"), gates=gates)
+    h = Harness(store, plan=plan)
+    h.metrics.set("e2e_latency", "stable", 4.0, 30000, {"buckets": _latency_buckets(2.0, 30000)})
+    h.metrics.set("e2e_latency", "canary", 4.0, 3000, {"buckets": _latency_buckets(2.0, 3000)})
+    h.tick()
+    h.tick(seconds=5)
+    for _ in range(3):
+        assert h.tick(minutes=1) == "running", h.events()
+    h.metrics.set("e2e_latency", "canary", 16.0, 3000, {"buckets": _latency_buckets(8.0, 3000)})
+    state = h.tick(minutes=1)
+    assert state in ("rolling_back", "rolled_back"), h.events()
+    card = _gate_section(_page(h, report=False), "lat")
+    stable = re.search(r'<polyline class="stable" data-series="stable" points="([^"]+)"', card)
+    assert stable is not None and len(stable.group(1).split()) >= 4
+    assert 'data-series="canary"' in card
+    assert '<polygon class="bound"' in card
+    assert "<title>threshold p95 &lt; 12s" in card
+    assert "band: the interval the test used" in card
+
+
 def test_gates_never_reached_are_folded_away_once_the_rollout_ended(store: StoreHandle) -> None:
     """The 100% step's gate, never evaluated, is one folded line, not a card."""
     h = rolled_back_on_compare(store)
