@@ -75,7 +75,10 @@ def index_page(session: Session, filters: dict[str, str], *, now: datetime) -> s
         if filters.get("state") and current_state(rollout).value != filters["state"]:
             continue
         view = status_view(session, rollout)
-        view["verdicts"] = [{"name": g["name"], "verdict": g["verdict"]} for g in view["gates"]]
+        view["verdicts"] = [
+            {"name": g["name"], "verdict": shown_verdict(g["verdict"], g["roles"])}
+            for g in view["gates"]
+        ]
         view["state_text"] = shown_state(State(view["state"]), view["rollback"])
         view["age"] = _age(now - rollout.created_at)
         rows.append(view)

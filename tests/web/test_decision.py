@@ -17,7 +17,7 @@ from rolloutd.deploy.catalog import pin
 from rolloutd.store import queries
 from rolloutd.store.artefact_models import Drill
 from rolloutd.store.writes import add_row
-from rolloutd.web.pages import rollout_html, rollout_json
+from rolloutd.web.pages import index_page, rollout_html, rollout_json
 from tests.deploy.helpers import pinned
 from tests.plans import memory_plan
 from tests.reconcile.test_reconcile import Harness
@@ -84,6 +84,9 @@ def test_the_decision_panel_comes_first_and_names_the_gate_value_and_evidence(
     assert "statistic" in text and "rollback started" in text
     with h.store.sessions() as session:
         document = rollout_json(session, h.rollout_id, now=h.clock())
+        listed = index_page(session, {}, now=h.clock())
+    # The list says what the page says: the trigger that failed is a breach there too.
+    assert 'title="esc: breach"' in listed
     assert document["decision"]["gate"] == "esc"
     assert document["decision"]["samples"] == 20000
 
