@@ -17,7 +17,6 @@ from datetime import datetime
 from typing import TYPE_CHECKING, Any
 from urllib.parse import quote, urlsplit
 
-from rolloutd.deploy.drills import DRILL_ENVIRONMENT
 from rolloutd.errors import NotFound
 from rolloutd.operations import plan_of
 from rolloutd.redact import scrub
@@ -25,6 +24,7 @@ from rolloutd.store import page_reads, queries
 from rolloutd.store.evaluations import roles_of
 from rolloutd.store.retention import DECISIVE_EVENTS
 from rolloutd.views import history_view, status_view
+from rolloutd.web import beside
 from rolloutd.web.decision import THRESHOLD, Decision, decision_of, shown_verdict
 
 if TYPE_CHECKING:
@@ -158,16 +158,16 @@ def rollout_page(session: Session, rollout_id: int, *, now: datetime) -> Rollout
     if status["state"] in ENDED:
         not_reached = [g.name for g in gates if g.stored == 0]
         gates = [g for g in gates if g.stored]
-    artefacts = _artefacts(session, [plan.artefacts.stable, plan.artefacts.canary])
+    pinned = beside.artefacts(session, [plan.artefacts.stable, plan.artefacts.canary])
     return RolloutPage(
         status=status,
         events=events,
         steps=steps,
         weights=_weights(steps, events),
         gates=gates,
-        suite_runs=_suite_runs(session, rollout_id),
-        artefacts=[{k: v for k, v in a.items() if k != "full_digest"} for a in artefacts],
-        drills=_drills(session, artefacts, rollout.created_at),
+        suite_runs=beside.suite_runs(session, rollout_id),
+        artefacts=[{k: v for k, v in a.items() if k != "full_digest"} for a in pinned],
+        drills=beside.drills(session, pinned, rollout.created_at),
         started=started,
         ended=ended,
         version=version(session, rollout_id),
@@ -359,79 +359,6 @@ def _weights(
         if event["kind"] in ("rollback_started", "rolled_back", "aborted"):
             found.append((datetime.fromisoformat(event["at"]), 0.0))
     return sorted(found)
-
-
-def _suite_runs(session: Session, rollout_id: int) -> list[dict[str, Any]]:
-    runs = page_reads.suite_runs_of(session, rollout_id)
-    if not runs:
-        return []
-    fields: dict[int, dict[str, dict[str, int]]] = {}
-    for run_id, name, outcome, count in page_reads.field_outcomes(session, [r.id for r in runs]):
-        fields.setdefault(run_id, {}).setdefault(name, {})[outcome] = count
-    return [
-        {
-            "id": run.id,
-            "gate": run.gate,
-            "role": run.role,
-            "step": None if run.step_index is None else run.step_index + 1,
-            "finished_at": run.finished_at,
-            "cases": run.cases,
-            "exactness": run.exactness,
-            "schema_violations": run.schema_violations,
-            "request_errors": run.request_errors,
-            "fields": dict(sorted(fields.get(run.id, {}).items())),
-        }
-        for run in runs
-    ]
-
-
-def _artefacts(session: Session, names: list[str]) -> list[dict[str, Any]]:
-    found = page_reads.artefact_sets_named(session, names)
-    return [
-        {
-            "name": a.name,
-            "engine": a.engine,
-            "digest": a.digest,
-            "full_digest": a.digest,
-            "files": len(a.files),
-            "role": "stable" if a.name == names[0] else "canary",
-        }
-        for a in sorted(found, key=lambda a: names.index(a.name))
-    ]
-
-
-def _drills(
-    session: Session, artefacts: list[dict[str, Any]], created: datetime
-) -> list[dict[str, Any]]:
-    """The drills of the rollout's (stable, canary) pair, whatever plan ran them: admission
-    asks for the pair's passed staging drill, not one of a plan of the same name. The newest
-    passed staging drill before the rollout was created is the one its start was admitted on."""
-    digests = {a["role"]: a["full_digest"] for a in artefacts}
-    if set(digests) != {"stable", "canary"}:
-        return []
-    found = page_reads.drills_of_pair(session, digests["stable"], digests["canary"], 10)
-    admitted = next(
-        (
-            d.id
-            for d in found
-            if d.environment == DRILL_ENVIRONMENT
-            and d.result == "passed"
-            and d.started_at <= created
-        ),
-        None,
-    )
-    return [
-        {
-            "id": d.id,
-            "plan": d.plan_name,
-            "environment": d.environment,
-            "result": d.result,
-            "started_at": d.started_at,
-            "reason": scrub(d.reason or ""),
-            "admitted": d.id == admitted,
-        }
-        for d in found
-    ]
 
 
 def stable_value(evidence: dict[str, Any]) -> float | None:
