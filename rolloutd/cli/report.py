@@ -26,8 +26,10 @@ from rolloutd.errors import BadInput
     "summary", help="What to print: where the report went, or the report's data as JSON."
 )
 def report_command(rollout_id: int, html_path: Path | None, output: str) -> None:
-    """Write a rollout's page (timeline, router weight, a chart per gate, suite runs,
-    pinned artefacts, drills) as one HTML file for a postmortem or a ticket, or print its
+    """Write a rollout's page (why it rolled back: the deciding gate, its value against its
+    threshold and the evidence; then the router weight, a chart per gate with canary beside
+    stable where the gate compares them, suite runs, pinned artefacts, the artefact pair's
+    drills, the timeline) as one HTML file for a postmortem or a ticket, or print its
     data as JSON. Gates with many evaluations are thinned to every verdict change, every
     decisive evaluation and one per time slice.
 
@@ -35,6 +37,7 @@ def report_command(rollout_id: int, html_path: Path | None, output: str) -> None
     Examples:
       rolloutctl report 7 --html rollout-7.html
       rolloutctl report 7 -o json | jq '.gates[] | {name, stored}'
+      rolloutctl report 7 -o json | jq .decision
     """
     from rolloutd.web.pages import rollout_html, rollout_json
 

@@ -108,7 +108,7 @@ def newest_evaluation_until(
 
 def evaluation_points(session: Session, ids: Sequence[int]) -> list[Row[Any]]:
     """The evaluations ``ids`` with what a chart draws: ``id``, ``evaluated_at``,
-    ``step_index``, ``verdict``, ``value``, ``reason`` and ``evidence``."""
+    ``step_index``, ``verdict``, ``role``, ``value``, ``reason`` and ``evidence``."""
     found: list[Row[Any]] = []
     wanted = sorted(ids)
     for start in range(0, len(wanted), _IN_CHUNK):
@@ -117,6 +117,7 @@ def evaluation_points(session: Session, ids: Sequence[int]) -> list[Row[Any]]:
             _EV.evaluated_at,
             _EV.step_index,
             _EV.verdict,
+            _EV.role,
             _EV.value,
             _EV.reason,
             _EV.evidence,
@@ -166,7 +167,19 @@ def artefact_sets_named(session: Session, names: Sequence[str]) -> list[Artefact
     return list(session.scalars(select(ArtefactSet).where(ArtefactSet.name.in_(names))))
 
 
-def drills_of_plan(session: Session, plan_name: str, limit: int) -> list[Drill]:
-    """The plan's newest ``limit`` drills, newest first."""
-    query = select(Drill).where(Drill.plan_name == plan_name).order_by(Drill.id.desc())
+def drills_of_pair(
+    session: Session, stable_digest: str, canary_digest: str, limit: int
+) -> list[Drill]:
+    """The newest ``limit`` drills of this (stable, canary) pair in any environment, newest
+    first: admission asks for the pair's staging drill, whatever the plan that ran it."""
+    query = (
+        select(Drill)
+        .where(Drill.stable_digest == stable_digest, Drill.canary_digest == canary_digest)
+        .order_by(Drill.started_at.desc(), Drill.id.desc())
+    )
     return list(session.scalars(query.limit(limit)))
+
+
+def evaluation_by_id(session: Session, evaluation_id: int) -> GateEvaluation | None:
+    """One evaluation, whole: the decision panel shows its evidence."""
+    return session.get(GateEvaluation, evaluation_id)

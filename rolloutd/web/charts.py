@@ -19,7 +19,9 @@ from typing import Any
 from rolloutd.web.data import GateChart, Point
 
 WIDTH, HEIGHT = 760, 200
-LEFT, RIGHT, TOP, BOTTOM = 64, 12, 12, 28
+LEFT, RIGHT, TOP, BOTTOM = 64, 12, 24, 28
+X_TICKS = 6
+"""Time labels on the x-axis, ends included."""
 
 
 class Frame:
@@ -71,11 +73,17 @@ def gate_svg(
     stable = [(p.at, p.stable) for p in chart.points if p.stable is not None]
     if stable:
         line = " ".join(f"{frame.x(at)},{frame.y(v)}" for at, v in stable)
-        parts.append(f'<polyline class="stable" points="{line}"><title>stable</title></polyline>')
+        parts.append(
+            f'<polyline class="stable" data-series="stable" points="{line}">'
+            "<title>stable</title></polyline>"
+        )
     canary = [(p.at, p.canary) for p in chart.points if p.canary is not None]
     if canary:
         line = " ".join(f"{frame.x(at)},{frame.y(v)}" for at, v in canary)
-        parts.append(f'<polyline class="canary" points="{line}"></polyline>')
+        parts.append(
+            f'<polyline class="canary" data-series="canary" points="{line}">'
+            "<title>canary</title></polyline>"
+        )
     parts.append('<g class="points">')
     parts.extend(_marker(frame, p) for p in chart.points)
     parts.append("</g></svg>")
@@ -128,23 +136,42 @@ def _axes(frame: Frame, start: datetime, end: datetime, unit: str = "") -> str:
             f'<text class="tick" x="{LEFT - 6}" y="{y + 4}" text-anchor="end">'
             f"{_short(value)}{unit}</text>"
         )
-    for at, anchor, x in ((start, "start", LEFT), (end, "end", WIDTH - RIGHT)):
+    span = end - start
+    # Dates once the span passes a day; minutes below it; seconds for a short rollout.
+    shape = "%m-%d %H:%M" if span.total_seconds() > 86400 else "%H:%M"
+    if span.total_seconds() < 600:
+        shape = "%H:%M:%S"
+    for i in range(X_TICKS):
+        at = start + span * (i / (X_TICKS - 1))
+        x = frame.x(at)
+        anchor = "start" if i == 0 else "end" if i == X_TICKS - 1 else "middle"
         parts.append(
-            f'<text class="tick" x="{x}" y="{HEIGHT - 8}" text-anchor="{anchor}">'
-            f"{at.strftime('%Y-%m-%d %H:%M')}</text>"
+            f'<line class="xtick" x1="{x}" x2="{x}" y1="{bottom}" y2="{bottom + 4}"></line>'
+            f'<text class="tick x" x="{x}" y="{HEIGHT - 8}" text-anchor="{anchor}">'
+            f"{at.strftime(shape)}</text>"
         )
     return "".join(parts)
 
 
 def _steps(frame: Frame, steps: Sequence[Mapping[str, Any]]) -> str:
+    """Each step's start as a vertical line labelled with its number and name above the plot;
+    a label that would run into the one before drops a line."""
     parts = []
+    previous_end = -1.0
+    row = 0
     for step in steps:
         if step.get("entered_at") is None:
             continue
         x = frame.x(step["entered_at"])
+        label = f"{step['step']} {step['name']}"
+        row = row + 1 if x < previous_end and row < 1 else 0
+        previous_end = x + 5.5 * len(label) + 6
+        y = TOP - 4 - (0 if row == 0 else -11)
         parts.append(
             f'<line class="step" x1="{x}" x2="{x}" y1="{TOP}" y2="{HEIGHT - BOTTOM}">'
-            f"<title>step {step['step']} {escape(step['name'])}</title></line>"
+            f"<title>step {escape(label)}</title></line>"
+            f'<text class="step-label" x="{x + 2}" y="{y}" data-step="{step["step"]}">'
+            f"{escape(label)}</text>"
         )
     return "".join(parts)
 

@@ -12,7 +12,6 @@ the database group the slices; only the kept rows' values and evidence are read.
 from __future__ import annotations
 
 import math
-import re
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
@@ -25,13 +24,16 @@ from rolloutd.store import page_reads, queries
 from rolloutd.store.evaluations import roles_of
 from rolloutd.store.retention import DECISIVE_EVENTS
 from rolloutd.views import history_view, status_view
+from rolloutd.web import beside
+from rolloutd.web.decision import THRESHOLD, Decision, decision_of, shown_verdict
 
 if TYPE_CHECKING:
     from rolloutd.store.types import Session
 
 MAX_POINTS = 600
+ENDED = ("completed", "rolled_back", "aborted", "failed")
+"""States in which a gate never evaluated will never be: its card is folded away."""
 """Evaluations drawn per gate, at most, besides the decisive ones."""
-_THRESHOLD = re.compile(r"^\s*(<=|>=|<|>)\s*(-?[0-9.]+(?:e-?[0-9]+)?)")
 
 
 @dataclass(frozen=True)
@@ -64,6 +66,18 @@ class GateChart:
     points: list[Point]
     query: str | None = None
     prometheus_link: str | None = None
+    decided: bool = False
+    """Whether this gate's evaluation is the one the rollback acted on."""
+
+    @property
+    def compared(self) -> bool:
+        """Whether the gate judges canary against stable (its points carry stable's value)."""
+        return any(p.stable is not None for p in self.points)
+
+    @property
+    def interval(self) -> bool:
+        """Whether the gate's test gave the canary an interval (drawn as a band)."""
+        return any(p.lower is not None and p.upper is not None for p in self.points)
 
     @property
     def thinned(self) -> bool:
@@ -86,6 +100,9 @@ class RolloutPage:
     started: datetime
     ended: datetime
     version: str
+    decision: Decision | None = None
+    not_reached: list[str] = field(default_factory=list)
+    """Gates of an ended rollout that were never evaluated (a later step's, say)."""
     extra: dict[str, Any] = field(default_factory=dict)
 
 
@@ -134,19 +151,38 @@ def rollout_page(session: Session, rollout_id: int, *, now: datetime) -> Rollout
     if status["state"] in ("running", "pending", "paused", "awaiting_promotion"):
         ended = max(ended, now)
     gates = _charts(session, plan, stored, decisions, started, ended)
+    decision = _decision(session, decisions, gates)
+    # The deciding gate's card comes first; on an ended rollout, gates never reached fold away.
+    gates.sort(key=lambda g: not g.decided)
+    not_reached: list[str] = []
+    if status["state"] in ENDED:
+        not_reached = [g.name for g in gates if g.stored == 0]
+        gates = [g for g in gates if g.stored]
+    pinned = beside.artefacts(session, [plan.artefacts.stable, plan.artefacts.canary])
     return RolloutPage(
         status=status,
         events=events,
         steps=steps,
         weights=_weights(steps, events),
         gates=gates,
-        suite_runs=_suite_runs(session, rollout_id),
-        artefacts=_artefacts(session, [plan.artefacts.stable, plan.artefacts.canary]),
-        drills=_drills(session, plan.name, plan.environment),
+        suite_runs=beside.suite_runs(session, rollout_id),
+        artefacts=[{k: v for k, v in a.items() if k != "full_digest"} for a in pinned],
+        drills=beside.drills(session, pinned, rollout.created_at),
         started=started,
         ended=ended,
         version=version(session, rollout_id),
+        decision=decision,
+        not_reached=not_reached,
     )
+
+
+def _decision(session: Session, decisions: list[Any], gates: list[GateChart]) -> Decision | None:
+    """The rollback's decision, when the rollout rolled back (the first rollback counts)."""
+    rollback = next((d for d in decisions if d.kind == "rollback_started"), None)
+    if rollback is None:
+        return None
+    decider = next((p.id for g in gates for p in g.points if p.decided_rollback), None)
+    return decision_of(session, rollback, decider)
 
 
 def _charts(
@@ -188,6 +224,7 @@ def _charts(
                 points=points,
                 query=query,
                 prometheus_link=link,
+                decided=decider is not None,
             )
         )
     return charts
@@ -274,9 +311,9 @@ def _points(session: Session, ids: set[int], decider: int | None) -> list[Point]
                 id=row.id,
                 at=row.evaluated_at,
                 step=row.step_index + 1,
-                verdict=row.verdict,
+                verdict=shown_verdict(row.verdict, roles_of(row.role)),
                 canary=_number(row.value),
-                stable=_number(_dig(evidence, "stable", "rate")),
+                stable=stable_value(evidence),
                 lower=_number(canary_bounds.get("lower")),
                 upper=_number(canary_bounds.get("upper")),
                 reason=scrub(row.reason or ""),
@@ -288,7 +325,7 @@ def _points(session: Session, ids: set[int], decider: int | None) -> list[Point]
 
 def _limit(threshold: str | None) -> float | None:
     """The number a threshold such as ``<= 0.01`` draws as a line, if it names one."""
-    match = _THRESHOLD.match(threshold or "")
+    match = THRESHOLD.match(threshold or "")
     if match is None:
         return None
     value = float(match.group(2))
@@ -324,56 +361,11 @@ def _weights(
     return sorted(found)
 
 
-def _suite_runs(session: Session, rollout_id: int) -> list[dict[str, Any]]:
-    runs = page_reads.suite_runs_of(session, rollout_id)
-    if not runs:
-        return []
-    fields: dict[int, dict[str, dict[str, int]]] = {}
-    for run_id, name, outcome, count in page_reads.field_outcomes(session, [r.id for r in runs]):
-        fields.setdefault(run_id, {}).setdefault(name, {})[outcome] = count
-    return [
-        {
-            "id": run.id,
-            "gate": run.gate,
-            "role": run.role,
-            "step": None if run.step_index is None else run.step_index + 1,
-            "finished_at": run.finished_at,
-            "cases": run.cases,
-            "exactness": run.exactness,
-            "schema_violations": run.schema_violations,
-            "request_errors": run.request_errors,
-            "fields": dict(sorted(fields.get(run.id, {}).items())),
-        }
-        for run in runs
-    ]
-
-
-def _artefacts(session: Session, names: list[str]) -> list[dict[str, Any]]:
-    found = page_reads.artefact_sets_named(session, names)
-    return [
-        {
-            "name": a.name,
-            "engine": a.engine,
-            "digest": a.digest,
-            "files": len(a.files),
-            "role": "stable" if a.name == names[0] else "canary",
-        }
-        for a in sorted(found, key=lambda a: names.index(a.name))
-    ]
-
-
-def _drills(session: Session, plan_name: str, environment: str) -> list[dict[str, Any]]:
-    found = page_reads.drills_of_plan(session, plan_name, 10)
-    return [
-        {
-            "id": d.id,
-            "environment": d.environment,
-            "result": d.result,
-            "started_at": d.started_at,
-            "reason": scrub(d.reason or ""),
-        }
-        for d in found
-    ]
+def stable_value(evidence: dict[str, Any]) -> float | None:
+    """Stable's value in an evaluation's evidence: the rate a count comparison measured, or
+    the quantile estimate a latency comparison made; None where the gate does not compare."""
+    rate = _number(_dig(evidence, "stable", "rate"))
+    return rate if rate is not None else _number(_dig(evidence, "stable", "estimate"))
 
 
 def _dig(value: Any, *keys: str) -> Any:

@@ -9,6 +9,7 @@ stylesheet and charts and carries no script: one file for a ticket or a postmort
 from __future__ import annotations
 
 import json
+from dataclasses import asdict
 from datetime import datetime
 from importlib import resources
 from typing import TYPE_CHECKING, Any
@@ -21,6 +22,8 @@ from rolloutd.store import page_reads
 from rolloutd.views import current_state, status_view
 from rolloutd.web.charts import gate_svg, weight_svg
 from rolloutd.web.data import list_version, rollout_page
+from rolloutd.web.decision import MEANING, VERDICTS, shown_verdict
+from rolloutd.web.runs import run_page
 
 if TYPE_CHECKING:
     from rolloutd.store.types import Session
@@ -33,6 +36,21 @@ _environment = jinja2.Environment(
     autoescape=True,
     undefined=jinja2.StrictUndefined,
 )
+
+
+def _when(value: object) -> str:
+    """A time as the pages show it: to the second, without the zone's noise (all are UTC)."""
+    if isinstance(value, str):
+        try:
+            return datetime.fromisoformat(value).strftime("%Y-%m-%d %H:%M:%S")
+        except ValueError:
+            return value
+    if isinstance(value, datetime):
+        return value.strftime("%Y-%m-%d %H:%M:%S")
+    return "" if value is None else str(value)
+
+
+_environment.filters["when"] = _when
 
 
 def static(name: str) -> tuple[bytes, str] | None:
@@ -57,7 +75,10 @@ def index_page(session: Session, filters: dict[str, str], *, now: datetime) -> s
         if filters.get("state") and current_state(rollout).value != filters["state"]:
             continue
         view = status_view(session, rollout)
-        view["verdicts"] = [{"name": g["name"], "verdict": g["verdict"]} for g in view["gates"]]
+        view["verdicts"] = [
+            {"name": g["name"], "verdict": shown_verdict(g["verdict"], g["roles"])}
+            for g in view["gates"]
+        ]
         view["state_text"] = shown_state(State(view["state"]), view["rollback"])
         view["age"] = _age(now - rollout.created_at)
         rows.append(view)
@@ -86,7 +107,10 @@ def rollout_html(session: Session, rollout_id: int, *, now: datetime, report: bo
     :raises NotFound: no rollout ``rollout_id``.
     """
     page = rollout_page(session, rollout_id, now=now)
-    newest = {g["name"]: g for g in page.status["gates"]}
+    newest = {
+        g["name"]: {**g, "verdict": shown_verdict(g["verdict"], g["roles"])}
+        for g in page.status["gates"]
+    }
     return _render(
         "rollout.html",
         report=report,
@@ -112,6 +136,26 @@ def rollout_html(session: Session, rollout_id: int, *, now: datetime, report: bo
         drills=page.drills,
         steps=page.steps,
         events=page.events,
+        decision=page.decision,
+        not_reached=page.not_reached,
+        verdicts=VERDICTS,
+        meaning=MEANING,
+    )
+
+
+def run_html(session: Session, run_id: int) -> str:
+    """One suite run's page.
+
+    :raises NotFound: no run ``run_id``.
+    """
+    run = run_page(session, run_id)
+    return _render(
+        "run.html",
+        report=False,
+        subtitle=f"suite run {run_id}",
+        version="",
+        version_url="",
+        r=run,
     )
 
 
@@ -155,6 +199,8 @@ def rollout_json(session: Session, rollout_id: int, *, now: datetime) -> dict[st
         "suite_runs": page.suite_runs,
         "artefacts": page.artefacts,
         "drills": page.drills,
+        "decision": None if page.decision is None else asdict(page.decision),
+        "not_reached": page.not_reached,
     }
     scrubbed: dict[str, Any] = json.loads(scrub(json.dumps(document, default=_iso)))
     return scrubbed

@@ -31,6 +31,7 @@ if TYPE_CHECKING:
 
 COOKIE = "rolloutd_ui"
 _ROLLOUT = re.compile(r"^/rollouts/(\d{1,18})(/version)?$")
+_RUN = re.compile(r"^/runs/(\d{1,18})$")
 
 
 @dataclass(frozen=True)
@@ -105,9 +106,12 @@ class WebView:
                 return _html(pages.index_page(session, filters, now=self.clock()))
             if path == "/version":
                 return _json({"version": list_version(session)})
+            run = _RUN.match(path)
+            if run is not None:
+                return _html(pages.run_html(session, int(run.group(1))))
             match = _ROLLOUT.match(path)
             if match is None:
-                return _text(404, "not found; try / or /rollouts/ID")
+                return _text(404, "not found; try /, /rollouts/ID or /runs/ID")
             rollout_id = int(match.group(1))
             if match.group(2):
                 return _json({"version": version(session, rollout_id)})

@@ -1,10 +1,13 @@
 """The web view in a real browser: Debian's headless Chromium, driven by chromedriver.
 
-The demo's rolled-back rollout (OOM at 25%) is served from its own database by the web view
-on the daemon's health server; the pages load without a console error, the breaching gate's
-chart draws every stored evaluation, and the open page shows an evaluation committed after
-it loaded within 5 s, without a reload. A screenshot of the page is written for the record
-(to ``$ROLLOUTD_SCREENSHOTS`` when set, else to the test's temporary directory).
+The demo's rolled-back rollout (queue timeouts at 25%) is served from its own database by the
+web view on the daemon's health server; the pages load without a console error, the decision
+panel is the first thing on the page and names the deciding gate, that gate's card comes
+first and draws every stored evaluation, and the open page shows an evaluation committed after
+it loaded within 5 s, without a reload. A rollout rolled back by a compare trigger shows canary
+beside stable. Screenshots of both pages are written for the record: to
+``$ROLLOUTD_SCREENSHOTS`` when set (``ROLLOUTD_SCREENSHOTS=docs`` regenerates the README's),
+else to the test's temporary directory.
 """
 
 from __future__ import annotations
@@ -14,7 +17,7 @@ import time
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pytest
 from sqlalchemy import func, insert, select
@@ -23,20 +26,27 @@ from rolloutd.daemon.health import HealthServer
 from rolloutd.demo.run import run_demo
 from rolloutd.demo.scenarios import SCENARIOS
 from rolloutd.store.db import make_engine, session_factory, transaction
-from rolloutd.store.models import GateEvaluation
+from rolloutd.store.models import Event, GateEvaluation
 from rolloutd.web.server import WebView
 from tests.required import missing
 from tests.routers.services import find_binary
+from tests.web.test_decision import rolled_back_on_compare
+
+if TYPE_CHECKING:
+    from conftest import StoreHandle
 
 pytestmark = pytest.mark.slow
-BREACHING = "canary_oom"
+BREACHING = "queue_timeouts_breach"
+SHOT_SIZE = (1200, 1500)
+"""The window a README screenshot is taken in: the panel, the weight and the deciding chart."""
 
 
 @pytest.fixture(scope="module")
 def demo(tmp_path_factory: pytest.TempPathFactory) -> tuple[str, int]:
-    """The demo's database after its OOM scenario, and the rolled-back rollout's id."""
+    """The demo's database after its queue-timeouts scenario, and the rolled-back rollout's
+    id."""
     workdir = tmp_path_factory.mktemp("demo")
-    result = run_demo(SCENARIOS["oom"], speed=14400, workdir=workdir)
+    result = run_demo(SCENARIOS["timeouts"], speed=14400, workdir=workdir)
     assert result.state == "rolled_back", result.state
     assert result.database is not None
     return result.database, result.rollout_id
@@ -100,6 +110,16 @@ def _stored(sessions: Any, rollout_id: int, gate: str) -> int:
         )
 
 
+def _rollback_value(sessions: Any, rollout_id: int) -> float:
+    with transaction(sessions) as session:
+        data = session.scalars(
+            select(Event.data).where(
+                Event.rollout_id == rollout_id, Event.kind == "rollback_started"
+            )
+        ).one()
+    return float(data["value"])
+
+
 def test_a_rolled_back_rollout_is_shown_in_full_without_console_errors(
     site: tuple[str, Any], demo: tuple[str, int], browser: Any, tmp_path: Path
 ) -> None:
@@ -117,10 +137,60 @@ def test_a_rolled_back_rollout_is_shown_in_full_without_console_errors(
     assert len(ringed) == 1 and ringed[0].get_attribute("data-verdict") == "breach"
     kinds = [e.text for e in browser.find_elements("css selector", "#timeline tr td:nth-child(2)")]
     assert kinds[-1] == "rolled_back" and "rollback_started" in kinds
+    panel = browser.find_element("css selector", "#decision")
+    assert panel.is_displayed() and panel.location["y"] < 300
+    assert panel.find_element("css selector", ".decision-gate").text == BREACHING
+    value = _rollback_value(sessions, rollout_id)  # the trigger's threshold is <= 0.05
+    over = f"{value - 0.05:.4g} over ({value / 0.05:.2f}x the limit)"
+    assert panel.find_element("css selector", ".decision-over").text == over
+    cards = browser.find_elements("css selector", "section.gate")
+    assert cards[0].get_attribute("data-gate") == BREACHING
+    badges = {b.text for b in browser.find_elements("css selector", "section.gate h3 .verdict")}
+    assert "breach" in badges and badges <= {"pass", "fail", "breach", "inconclusive", "pending"}
+    labels = browser.find_elements("css selector", f'[data-gate="{BREACHING}"] .step-label')
+    assert [label.text for label in labels] == ["1 shadow", "2 canary 5%", "3 canary 25%"]
+    assert "no evaluation yet" not in browser.page_source
     assert _errors(browser) == []
+    _screenshot(browser, tmp_path, "rolled-back-rollout.png")
+
+
+def test_a_compare_gate_draws_canary_beside_stable(
+    store: StoreHandle, browser: Any, tmp_path: Path
+) -> None:
+    """A rollout rolled back by its compare trigger: the panel says canary vs stable, and the
+    deciding chart draws both series as visible lines."""
+    h = rolled_back_on_compare(store)
+    view = WebView(store.sessions, host="127.0.0.1", token=None, clock=h.clock)
+    server = HealthServer("127.0.0.1", 0, lambda: (True, {}), web=view.handle)
+    server.start()
+    _errors(browser)  # reading the log empties it: only this page's entries count
+    try:
+        browser.get(f"http://127.0.0.1:{server.port}/rollouts/{h.rollout_id}")
+        panel = browser.find_element("css selector", "#decision")
+        assert "canary vs stable" in panel.text
+        card = browser.find_elements("css selector", "section.gate")[0]
+        assert card.get_attribute("data-gate") == "esc"
+        for series in ("canary", "stable"):
+            line = card.find_element("css selector", f'polyline[data-series="{series}"]')
+            assert line.is_displayed() and line.size["width"] > 100, series
+            assert len(line.get_attribute("points").split()) > 1
+        assert _errors(browser) == []
+        _screenshot(browser, tmp_path, "canary-beside-stable.png")
+    finally:
+        browser.get("about:blank")  # stop the page asking a server that is about to go
+        server.stop()
+
+
+def _screenshot(browser: Any, tmp_path: Path, name: str) -> None:
+    """The page's top (panel, weight, deciding chart) as a PNG, for the README when asked."""
     shots = Path(os.environ.get("ROLLOUTD_SCREENSHOTS") or tmp_path)
     shots.mkdir(parents=True, exist_ok=True)
-    assert browser.save_screenshot(str(shots / "rolled-back-rollout.png"))
+    size = browser.get_window_size()
+    browser.set_window_size(*SHOT_SIZE)
+    try:
+        assert browser.save_screenshot(str(shots / name))
+    finally:
+        browser.set_window_size(size["width"], size["height"])
 
 
 def test_the_open_page_shows_a_new_evaluation_within_5_s(
