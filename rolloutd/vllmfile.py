@@ -6,11 +6,13 @@ read both files, and turn every refusal into a problem naming the file and the k
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 
 from rolloutd.core import capacity as kv
+from rolloutd.core.plan import Plan
 from rolloutd.core.vllm_capacity import VllmCapacity, VllmConfigError, assess, parse_server
-from rolloutd.errors import BadInput
+from rolloutd.errors import BadInput, Problem
 from rolloutd.userfiles import read_json_object, read_user_file, safe_yaml
 
 MAX_SERVER_CONFIG_BYTES = 256 * 1024
@@ -62,3 +64,53 @@ def load_vllm_capacity(
         raise BadInput.one(server_source, exc.key, str(exc)) from None
     except kv.CapacityError as exc:
         raise BadInput.one(str(model_path), "", str(exc)) from None
+
+
+def plan_findings(plan: Plan, source: str) -> tuple[list[Problem], list[Problem]]:
+    """The problems and warnings of a plan whose ``capacity.vllm`` names the canary's server
+    YAML: the files must load, the server must accept the plan's ``max_seq_len``, and the
+    canary pool should hold ``target_concurrency x active_share`` sequences of that length.
+    Paths are relative to the plan file ``source`` (to the working directory when the plan
+    is not a file).
+    """
+    capacity = plan.capacity
+    if capacity is None or capacity.vllm is None:
+        return [], []
+    files = capacity.vllm
+    base = Path(source).parent if Path(source).is_file() else Path()
+    server_path = base / files.config
+    try:
+        result = load_vllm_capacity(
+            server_path,
+            base / files.model_json,
+            weights_gb=files.weights_gb,
+            gpu_memory_gb=files.gpu_memory_gb,
+        )
+    except BadInput as exc:
+        return list(exc.problems), []
+    server = result.server
+    if capacity.max_seq_len > server.max_model_len:
+        message = (
+            f"{capacity.max_seq_len} is above the server's max-model-len "
+            f"{server.max_model_len} ({server_path}): longer requests are refused"
+        )
+        return [Problem(source, "capacity.max_seq_len", message)], []
+    warnings = [Problem(str(server_path), key, message) for key, message in result.warnings]
+    replicas = len(plan.pools.canary.replicas)
+    needed = math.ceil(capacity.target_concurrency * capacity.active_share)
+    block = server.block_size
+    sequence_tokens = -(-capacity.max_seq_len // block) * block
+    per_replica = min(server.max_num_seqs, result.report.kv_pool_tokens // sequence_tokens)
+    if per_replica * replicas < needed:
+        warnings.append(
+            Problem(
+                source,
+                "capacity",
+                f"{capacity.target_concurrency} sessions x {capacity.active_share:g} active "
+                f"need {needed} sequences at once, but {replicas} canary replica(s) run "
+                f"{per_replica * replicas} of max_seq_len {capacity.max_seq_len} under "
+                f"{server_path} (KV pool {result.report.kv_pool_tokens:,} tokens, max-num-seqs "
+                f"{server.max_num_seqs}); requests will queue",
+            )
+        )
+    return [], warnings

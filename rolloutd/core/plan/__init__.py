@@ -33,6 +33,7 @@ from rolloutd.core.plan.fleet import (
     Pools,
     Replica,
     RouterSpec,
+    VllmServerFiles,
 )
 from rolloutd.core.plan.gates import (
     DEFAULT_MIN_LOAD_RATIO,
@@ -105,6 +106,7 @@ __all__ = [
     "ThresholdGate",
     "Traffic",
     "TritonExecutor",
+    "VllmServerFiles",
     "plan_problems",
     "plan_warnings",
     "planned_load_ratio",
