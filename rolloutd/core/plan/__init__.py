@@ -18,6 +18,7 @@ from rolloutd.core.plan.executors import (
     ExecutorSpec,
     NoExecutor,
     Role,
+    SystemdExecutor,
     TritonExecutor,
 )
 from rolloutd.core.plan.fleet import (
@@ -103,6 +104,7 @@ __all__ = [
     "SteadyStep",
     "Step",
     "SuiteGate",
+    "SystemdExecutor",
     "ThresholdGate",
     "Traffic",
     "TritonExecutor",
