@@ -130,7 +130,8 @@ def write_atomically(path: Path, text: str) -> None:
             handle.write(text)
             handle.flush()
             os.fsync(handle.fileno())
-        os.chmod(temporary, 0o644)
+        # The manager reads it as root or the user; engine arguments may hold an API key.
+        os.chmod(temporary, 0o600)
         os.replace(temporary, path)
     except BaseException:
         with contextlib.suppress(OSError):

@@ -27,7 +27,12 @@ from rolloutd.deploy.artefacts import PinnedSet
 from rolloutd.deploy.base import Executor
 from rolloutd.deploy.executors import build_executor
 from rolloutd.deploy.memory import MemoryExecutor
-from rolloutd.deploy.systemd import SystemdDeployer, env_file_text, read_env_file
+from rolloutd.deploy.systemd import (
+    SystemdDeployer,
+    env_file_text,
+    read_env_file,
+    write_atomically,
+)
 
 from .helpers import pinned, plan_for
 from .standin_systemctl import _environment_file, _expand
@@ -269,3 +274,15 @@ def test_the_twin_and_the_unit_keep_the_same_contract(
     assert executor.deploy(replica, stable).ok
     assert executor.verify(replica, stable).ok
     assert not executor.verify(replica, canary, timeout=0.5).ok
+
+
+def test_the_env_file_is_replaced_whole_and_readable_only_by_its_owner(tmp_path: Path) -> None:
+    """An existing file is replaced by rename (a new inode), mode 0600, no temporary left."""
+    target = tmp_path / "vllm.env"
+    target.write_text("OLD=1\n")
+    before = target.stat().st_ino
+    write_atomically(target, "NEW=2\n")
+    assert target.read_text() == "NEW=2\n"
+    assert target.stat().st_ino != before
+    assert target.stat().st_mode & 0o777 == 0o600
+    assert [p.name for p in tmp_path.iterdir()] == ["vllm.env"]
