@@ -11,7 +11,13 @@ from pathlib import Path
 
 from rolloutd.core import capacity as kv
 from rolloutd.core.plan import Plan
-from rolloutd.core.vllm_capacity import VllmCapacity, VllmConfigError, assess, parse_server
+from rolloutd.core.vllm_capacity import (
+    CUDA_GRAPH_RESERVE,
+    VllmCapacity,
+    VllmConfigError,
+    assess,
+    parse_server,
+)
 from rolloutd.errors import BadInput, Problem
 from rolloutd.userfiles import read_json_object, read_user_file, safe_yaml
 
@@ -20,11 +26,17 @@ MAX_MODEL_CONFIG_BYTES = 1024 * 1024
 
 
 def load_vllm_capacity(
-    server_path: Path, model_path: Path, *, weights_gb: float, gpu_memory_gb: float
+    server_path: Path,
+    model_path: Path,
+    *,
+    weights_gb: float,
+    gpu_memory_gb: float,
+    cuda_graph_gb: float | None = None,
 ) -> VllmCapacity:
     """The capacity plan of the server config at ``server_path`` serving the model whose
     config.json is at ``model_path``, with ``weights_gb`` of weights on GPUs of
-    ``gpu_memory_gb``.
+    ``gpu_memory_gb``; ``cuda_graph_gb`` replaces the default CUDA graph reserve (the
+    "Graph capturing finished ... took N GiB" of the engine's own log, plus its context).
 
     :raises BadInput: a file cannot be read or parsed, a key is unknown, a value is wrong,
         or the budget cannot hold the model; the problem names the file and the key.
@@ -59,6 +71,11 @@ def load_vllm_capacity(
             model,
             weight_bytes=kv.bytes_of_gb(weights_gb, "weights_gb"),
             gpu_memory_bytes=kv.bytes_of_gb(gpu_memory_gb, "gpu_memory_gb"),
+            graph_reserve_bytes=(
+                CUDA_GRAPH_RESERVE
+                if cuda_graph_gb is None
+                else kv.bytes_of_gb(cuda_graph_gb, "cuda_graph_gb")
+            ),
         )
     except VllmConfigError as exc:
         raise BadInput.one(server_source, exc.key, str(exc)) from None
@@ -85,6 +102,7 @@ def plan_findings(plan: Plan, source: str) -> tuple[list[Problem], list[Problem]
             base / files.model_json,
             weights_gb=files.weights_gb,
             gpu_memory_gb=files.gpu_memory_gb,
+            cuda_graph_gb=files.cuda_graph_gb,
         )
     except BadInput as exc:
         return list(exc.problems), []

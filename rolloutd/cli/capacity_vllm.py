@@ -21,6 +21,7 @@ def show_vllm_capacity(
     model_config: str | None,
     weights_gb: float,
     gpu_memory_gb: float,
+    cuda_graph_gb: float | None,
     output: str,
 ) -> None:
     """Print the plan of ``vllm_config`` (see :mod:`rolloutd.core.vllm_capacity`).
@@ -44,7 +45,11 @@ def show_vllm_capacity(
             "--weights-gb", "", "--vllm-config needs the weights' size (the GGUF or checkpoint)"
         )
     result = load_vllm_capacity(
-        Path(vllm_config), Path(model_config), weights_gb=weights_gb, gpu_memory_gb=gpu_memory_gb
+        Path(vllm_config),
+        Path(model_config),
+        weights_gb=weights_gb,
+        gpu_memory_gb=gpu_memory_gb,
+        cuda_graph_gb=cuda_graph_gb,
     )
     server, report = result.server, result.report
     data: dict[str, Any] = {

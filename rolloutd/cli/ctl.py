@@ -578,6 +578,13 @@ MAX_MODEL_CONFIG_BYTES = 1024 * 1024
     help="A HuggingFace config.json (layers, KV heads, head dim). Default: the 70B reference.",
 )
 @click.option(
+    "--cuda-graph-gb",
+    type=FiniteFloatRange(0, kv.MAX_GB, min_open=True),
+    default=None,
+    help="With --vllm-config: what CUDA graphs need outside the budget, from the engine's "
+    "'Graph capturing finished ... took N GiB' log line plus its context. Default: 3 GiB.",
+)
+@click.option(
     "--weights-gb",
     type=FiniteFloatRange(0, kv.MAX_GB, min_open=True),
     default=70.0,
@@ -621,6 +628,7 @@ MAX_MODEL_CONFIG_BYTES = 1024 * 1024
 def capacity(
     vllm_config: str | None,
     model_config: str | None,
+    cuda_graph_gb: float | None,
     weights_gb: float,
     gpus: int,
     gpu_memory_gb: float,
@@ -654,8 +662,12 @@ def capacity(
     if vllm_config is not None:
         from rolloutd.cli.capacity_vllm import show_vllm_capacity
 
-        show_vllm_capacity(vllm_config, model_config, weights_gb, gpu_memory_gb, output)
+        show_vllm_capacity(
+            vllm_config, model_config, weights_gb, gpu_memory_gb, cuda_graph_gb, output
+        )
         return
+    if cuda_graph_gb is not None:
+        raise BadInput.one("--cuda-graph-gb", "", "only means something with --vllm-config")
     from rolloutd.userfiles import read_json_object
 
     shape = kv.REFERENCE_SHAPE

@@ -79,3 +79,15 @@ def test_flags_the_yaml_decides_and_missing_inputs_are_refused(ctl: Ctl) -> None
     code, _, err = ctl("capacity", "--vllm-config", "/nonexistent.yaml", "--model-config",
                        str(LLAMA_CONFIG), "--weights-gb", "38")  # fmt: skip
     assert code == 2 and "/nonexistent.yaml: no such file" in err
+
+
+def test_a_measured_graph_size_replaces_the_default_reserve(ctl: Ctl) -> None:
+    """An engine whose log says its graphs take 1.5 GiB fits 0.92 with room; 4 GB does not.
+    Without --vllm-config the option means nothing and is refused."""
+    small = ctl.json(*args(SEED_YAML, "--cuda-graph-gb", "1.6"))
+    assert small["headroom_needed_bytes_per_gpu"] == 1_600_000_000
+    assert "gpu-memory-utilization" not in [w["key"] for w in small["warnings"]]
+    large = ctl.json(*args(SEED_YAML, "--cuda-graph-gb", "4"))
+    assert "gpu-memory-utilization" in [w["key"] for w in large["warnings"]]
+    code, _, err = ctl("capacity", "--cuda-graph-gb", "4")
+    assert code == 2 and "--cuda-graph-gb: only means something with --vllm-config" in err

@@ -93,3 +93,12 @@ def test_engine_and_vllm_together_are_refused(ctl: Ctl, tmp_path: Path) -> None:
     code, out, _ = ctl("plan", "validate", str(write_plan(tmp_path, engine=engine)))
     assert code == 2
     assert "give 'engine' or 'vllm', not both" in out
+
+
+def test_a_plan_can_state_its_engines_measured_graph_size(ctl: Ctl, tmp_path: Path) -> None:
+    """cuda_graph_gb 1.5 (from the engine's log): 0.95 leaves enough, no headroom warning."""
+    vllm = {"config": "vllm/server.yaml", "model_json": "vllm/config.json", "weights_gb": 38,
+            "cuda_graph_gb": 1.5}  # fmt: skip
+    [result] = ctl.json("plan", "validate", str(write_plan(tmp_path, "0.95", vllm=vllm)))
+    assert result["ok"] is True
+    assert "gpu-memory-utilization" not in [w["field"] for w in result["warnings"]]

@@ -172,6 +172,8 @@ class VllmServerFiles(_Spec):
     model_json: str = Field(min_length=1)
     weights_gb: float = Field(gt=0, le=MAX_GB, allow_inf_nan=False)
     gpu_memory_gb: float = Field(default=48.0, gt=0, le=MAX_GB, allow_inf_nan=False)
+    cuda_graph_gb: float | None = Field(default=None, gt=0, le=MAX_GB, allow_inf_nan=False)
+    """What CUDA graphs need outside the budget, from the engine's log; default ~3.2 GB."""
 
 
 class Capacity(_Spec):
