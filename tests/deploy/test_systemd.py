@@ -25,6 +25,7 @@ import pytest
 from rolloutd.core.plan import Replica, SystemdExecutor
 from rolloutd.deploy.artefacts import PinnedSet
 from rolloutd.deploy.base import Executor
+from rolloutd.deploy.drills import run_drill
 from rolloutd.deploy.executors import build_executor
 from rolloutd.deploy.memory import MemoryExecutor
 from rolloutd.deploy.systemd import (
@@ -286,3 +287,23 @@ def test_the_env_file_is_replaced_whole_and_readable_only_by_its_owner(tmp_path:
     assert target.stat().st_ino != before
     assert target.stat().st_mode & 0o777 == 0o600
     assert [p.name for p in tmp_path.iterdir()] == ["vllm.env"]
+
+
+def test_a_drill_through_the_unit_ends_on_the_stable_set(
+    box: Box, sets: tuple[PinnedSet, PinnedSet]
+) -> None:
+    """The staging drill a production start needs: canary deployed and verified, then the
+    rollback to stable deployed and verified, all through systemctl and the env file."""
+    stable, canary = sets
+    executor = {"kind": "systemd", "unit": "vllm.service", "env_file": str(box.env_file),
+                "poll_interval": "50ms", "health_deadline": "20s"}  # fmt: skip
+    plan = plan_for(executor, [box.url], stable=stable.name, canary=canary.name)
+    outcome = run_drill(plan, stable, canary, build_executor(plan))
+    assert outcome.passed, outcome.reason
+    assert [(s.phase, s.action, s.set_name) for s in outcome.steps] == [
+        ("forward", "deploy", "awq"),
+        ("forward", "verify", "awq"),
+        ("rollback", "deploy", "q4km"),
+        ("rollback", "verify", "q4km"),
+    ]
+    assert read_env_file(box.env_file.read_text())["ROLLOUTD_ARTEFACT_DIGEST"] == stable.digest
