@@ -62,13 +62,26 @@ def parse_plan(text: str, source: str = "<plan>") -> LoadedPlan:
     problems = [Problem(source, path, message) for path, message in plan_problems(plan)]
     if problems:
         raise BadInput(problems)
+    vllm_problems, vllm_warnings = _vllm_capacity(plan, source)
+    if vllm_problems:
+        raise BadInput(vllm_problems)
     templates = _check_templates(plan, source)
     found = plan_warnings(plan, _latency_edges(templates))
     found += _load_signal_warnings(plan, templates)
     warnings = tuple(Problem(source, path, message) for path, message in found)
+    warnings += tuple(vllm_warnings)
     return LoadedPlan(
         plan=plan, source=source, text=text, content_hash=content_hash(plan), warnings=warnings
     )
+
+
+def _vllm_capacity(plan: Plan, source: str) -> tuple[list[Problem], list[Problem]]:
+    """The capacity findings of a plan that names its vLLM server YAML (none otherwise)."""
+    if plan.capacity is None or plan.capacity.vllm is None:
+        return [], []
+    from rolloutd.vllmfile import plan_findings
+
+    return plan_findings(plan, source)
 
 
 def _check_templates(plan: Plan, source: str) -> Templates | None:

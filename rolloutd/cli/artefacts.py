@@ -280,7 +280,7 @@ def drill_command(plan_file: str, environment: str, output: str) -> None:
         )
     if plan.executor.kind == "none":
         raise BadInput.one(
-            plan_file, "executor", "a drill needs an executor (kind: command or triton)"
+            plan_file, "executor", "a drill needs an executor (kind: command, triton or systemd)"
         )
     executor = build_executor(plan, plan_file)
     with database() as session:

@@ -566,9 +566,23 @@ MAX_MODEL_CONFIG_BYTES = 1024 * 1024
 
 @cli.command()
 @click.option(
+    "--vllm-config",
+    type=click.Path(dir_okay=False),
+    default=None,
+    help="A vLLM server YAML (vllm serve --config): sizes come from it, with --model-config, "
+    "--weights-gb and --gpu-memory-gb.",
+)
+@click.option(
     "--model-config",
     type=click.Path(exists=True, dir_okay=False),
     help="A HuggingFace config.json (layers, KV heads, head dim). Default: the 70B reference.",
+)
+@click.option(
+    "--cuda-graph-gb",
+    type=FiniteFloatRange(0, kv.MAX_GB, min_open=True),
+    default=None,
+    help="With --vllm-config: what CUDA graphs need outside the budget, from the engine's "
+    "'Graph capturing finished ... took N GiB' log line plus its context. Default: 3 GiB.",
 )
 @click.option(
     "--weights-gb",
@@ -612,7 +626,9 @@ MAX_MODEL_CONFIG_BYTES = 1024 * 1024
 )
 @OUTPUT
 def capacity(
+    vllm_config: str | None,
     model_config: str | None,
+    cuda_graph_gb: float | None,
     weights_gb: float,
     gpus: int,
     gpu_memory_gb: float,
@@ -635,7 +651,23 @@ def capacity(
       rolloutctl capacity --target-concurrency 60
       rolloutctl capacity --model-config config.json --weights-gb 16 --gpus 1 --tp 1 \\
           --gpu-memory-gb 80 --max-seq-len 131072 --kv-dtype fp8
+      rolloutctl capacity --vllm-config config/vllm/llama-3.1-70b-q4km-l40s.yaml \\
+          --model-config config/models/llama-3.1-70b-instruct-config.json --weights-gb 38
+
+    With --vllm-config, the server YAML decides max-model-len, gpu-memory-utilization,
+    kv-cache-dtype, tensor-parallel-size, max-num-seqs and max-num-batched-tokens (whose
+    activation peak comes out of the budget), and a warning says when the memory left
+    outside the budget is too small for CUDA graph capture (an OOM after start).
     """
+    if vllm_config is not None:
+        from rolloutd.cli.capacity_vllm import show_vllm_capacity
+
+        show_vllm_capacity(
+            vllm_config, model_config, weights_gb, gpu_memory_gb, cuda_graph_gb, output
+        )
+        return
+    if cuda_graph_gb is not None:
+        raise BadInput.one("--cuda-graph-gb", "", "only means something with --vllm-config")
     from rolloutd.userfiles import read_json_object
 
     shape = kv.REFERENCE_SHAPE

@@ -1,12 +1,19 @@
 """Choosing the executor a plan names, and the one for plans that deploy nothing.
 
 ``build_executor(plan)`` is what the reconciler and the drill call; the kinds themselves
-live in ``command`` and ``triton``. See ``rolloutd.deploy.base`` for the contract.
+live in ``command``, ``triton`` and ``systemd``. See ``rolloutd.deploy.base`` for the contract.
 """
 
 from __future__ import annotations
 
-from rolloutd.core.plan import CommandExecutor, Plan, Replica, Role, TritonExecutor
+from rolloutd.core.plan import (
+    CommandExecutor,
+    Plan,
+    Replica,
+    Role,
+    SystemdExecutor,
+    TritonExecutor,
+)
 from rolloutd.deploy.artefacts import PinnedSet
 from rolloutd.deploy.base import DeployResult, Executor, Verification, verdict
 from rolloutd.errors import BadInput
@@ -48,10 +55,15 @@ def build_executor(plan: Plan, source: str = "plan") -> Executor:
         from rolloutd.deploy.command import CommandDeployer
 
         return CommandDeployer(spec)
+    known = {r.name for pool in (plan.pools.stable, plan.pools.canary) for r in pool.replicas}
+    if isinstance(spec, SystemdExecutor):
+        from rolloutd.deploy.systemd import SystemdDeployer
+
+        _known_urls(spec.urls, known, source)
+        return SystemdDeployer(spec)
     if isinstance(spec, TritonExecutor):
         from rolloutd.deploy.triton import TritonDeployer
 
-        known = {r.name for pool in (plan.pools.stable, plan.pools.canary) for r in pool.replicas}
         for name in spec.urls:
             if name not in known:
                 raise BadInput.one(
@@ -60,3 +72,11 @@ def build_executor(plan: Plan, source: str = "plan") -> Executor:
         roles: dict[str, Role] = {plan.artefacts.stable: "stable", plan.artefacts.canary: "canary"}
         return TritonDeployer(spec, roles)
     return NullDeployer()
+
+
+def _known_urls(urls: dict[str, str], known: set[str], source: str) -> None:
+    for name in urls:
+        if name not in known:
+            raise BadInput.one(
+                source, f"executor.urls.{name}", f"no replica named {name!r} in the pools"
+            )

@@ -162,7 +162,7 @@ def test_a_production_plan_without_an_executor_is_refused() -> None:
     del data["executor"]
     (problem,) = problems_of(data)
     assert problem.field == "executor"
-    assert "needs an executor (kind: command or triton)" in problem.message
+    assert "needs an executor (kind: command, triton or systemd)" in problem.message
     assert "{kind: none, reason:" in problem.message
 
 

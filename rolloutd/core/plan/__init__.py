@@ -18,6 +18,7 @@ from rolloutd.core.plan.executors import (
     ExecutorSpec,
     NoExecutor,
     Role,
+    SystemdExecutor,
     TritonExecutor,
 )
 from rolloutd.core.plan.fleet import (
@@ -34,6 +35,7 @@ from rolloutd.core.plan.fleet import (
     Pools,
     Replica,
     RouterSpec,
+    VllmServerFiles,
 )
 from rolloutd.core.plan.gates import (
     DEFAULT_MIN_LOAD_RATIO,
@@ -106,9 +108,11 @@ __all__ = [
     "SteadyStep",
     "Step",
     "SuiteGate",
+    "SystemdExecutor",
     "ThresholdGate",
     "Traffic",
     "TritonExecutor",
+    "VllmServerFiles",
     "plan_problems",
     "plan_warnings",
     "planned_load_ratio",

@@ -86,8 +86,8 @@ def _production_executor(plan: Plan) -> list[tuple[str, str]]:
     return [
         (
             "executor",
-            "a production plan needs an executor (kind: command or triton) to redeploy and "
-            "verify the stable set on rollback; to roll back traffic only, say why: "
+            "a production plan needs an executor (kind: command, triton or systemd) to "
+            "redeploy and verify the stable set on rollback; to roll back traffic only, say why: "
             '{kind: none, reason: "..."}',
         )
     ]

@@ -104,4 +104,48 @@ class TritonExecutor(_Executor):
     load_timeout: Duration = timedelta(minutes=10)
 
 
-ExecutorSpec = Annotated[NoExecutor | CommandExecutor | TritonExecutor, Field(discriminator="kind")]
+# What the ``restart`` argv may name besides the replica and set fields.
+RESTART_FIELDS = TEMPLATE_FIELDS | {"unit"}
+
+
+class SystemdExecutor(_Executor):
+    """A vLLM server run by a systemd unit: write the set's environment file (the model
+    path, the served name, the engine arguments), restart the unit, wait until ``/health``
+    answers and ``/v1/models`` names the pinned model, then check the files' digests.
+
+    ``unit`` and ``env_file`` are templates (``vllm@{replica}.service``); the unit reads the
+    file with ``EnvironmentFile=`` and starts ``vllm serve ${VLLM_MODEL} $VLLM_ARGS``.
+    ``restart`` is the argv that restarts it (``{unit}`` filled in): ``systemctl --user``
+    by default, ``sudo systemctl`` or an ``ssh`` wrapper for another host's manager.
+    ``served_model_name``: the name ``/v1/models`` must show; by default the model path,
+    which is what vLLM shows without ``--served-model-name``. The environment file must be
+    on a path this host writes and the engine's host reads.
+    """
+
+    kind: Literal["systemd"]
+    unit: str = Field(min_length=1)
+    env_file: str = Field(min_length=1)
+    restart: list[str] = Field(
+        default_factory=lambda: ["systemctl", "--user", "restart", "{unit}"], min_length=1
+    )
+    restart_timeout: Duration = timedelta(minutes=2)
+    served_model_name: str | None = Field(default=None, min_length=1)
+    urls: dict[Name, HttpUrl] = Field(default_factory=dict)
+
+    @model_validator(mode="after")
+    def _known_systemd_placeholders(self) -> Self:
+        _check_template(self.unit, "unit")
+        _check_template(self.env_file, "env_file")
+        for i, part in enumerate(self.restart):
+            unknown = _template_fields(part) - RESTART_FIELDS
+            if unknown:
+                raise ValueError(
+                    f"restart[{i}] names {sorted(unknown)}; known placeholders: "
+                    + ", ".join("{" + name + "}" for name in sorted(RESTART_FIELDS))
+                )
+        return self
+
+
+ExecutorSpec = Annotated[
+    NoExecutor | CommandExecutor | TritonExecutor | SystemdExecutor, Field(discriminator="kind")
+]

@@ -196,15 +196,37 @@ class EngineShape(_Spec):
     memory_fraction: Fraction = 0.9
 
 
+class VllmServerFiles(_Spec):
+    """A vLLM canary's own server YAML (``config``) and its model's config.json
+    (``model_json``), paths relative to the plan file, with what neither file says: the
+    weights' size and the GPU's memory."""
+
+    config: str = Field(min_length=1)
+    model_json: str = Field(min_length=1)
+    weights_gb: float = Field(gt=0, le=MAX_GB, allow_inf_nan=False)
+    gpu_memory_gb: float = Field(default=48.0, gt=0, le=MAX_GB, allow_inf_nan=False)
+    cuda_graph_gb: float | None = Field(default=None, gt=0, le=MAX_GB, allow_inf_nan=False)
+    """What CUDA graphs need outside the budget, from the engine's log; default ~3.2 GB."""
+
+
 class Capacity(_Spec):
     """The capacity assumption the change was planned on, watched at steady state.
 
     ``target_concurrency`` counts sessions; ``active_share`` is the share of them with a
     request in flight at once (agents think between turns). With ``engine`` given,
-    validation checks that the canary pool can hold that many sequences at ``max_seq_len``.
+    validation checks that the canary pool can hold that many sequences at ``max_seq_len``;
+    with ``vllm`` given instead, the shape comes from the canary's vLLM server YAML
+    (``rolloutd.vllmfile``), and its warnings (CUDA graph headroom) are the plan's.
     """
 
     max_seq_len: int = Field(gt=0, le=MAX_COUNT)
     target_concurrency: int = Field(gt=0, le=MAX_COUNT)
     active_share: float = Field(default=1.0, gt=0.0, le=1.0)
     engine: EngineShape | None = None
+    vllm: VllmServerFiles | None = None
+
+    @model_validator(mode="after")
+    def _one_shape(self) -> Self:
+        if self.engine is not None and self.vllm is not None:
+            raise ValueError("give 'engine' or 'vllm', not both: they would be two shapes")
+        return self
