@@ -90,7 +90,7 @@ def judge_key(spec: JudgeSpec, case: SuiteCase, answer: str) -> str:
 
 def judge_messages(spec: JudgeSpec, case: SuiteCase, answer: str) -> list[dict[str, str]]:
     """The chat the judge is asked: the rubric with the reply format, then the filled prompt."""
-    low, high = spec.scale
+    low, high = spec.bounds
     rule = FORMAT_RULE.replace("LOW", f"{low:g}").replace("HIGH", f"{high:g}")
     question = "\n".join(
         f"{message.get('role')}: {message.get('content', '')}" for message in case.messages
@@ -236,7 +236,7 @@ async def _ask(
             return Judged(None, f"judge answered HTTP {status}", attempt)
         if len(raw) > MAX_REPLY_BYTES:
             return Judged(None, "judge's reply is too large", attempt)
-        parsed = parse_score(_content(raw), spec.scale)
+        parsed = parse_score(_content(raw), spec.bounds)
         if isinstance(parsed, str):
             # The same prompt at temperature 0 gets the same reply: no retry.
             return Judged(None, scrub(parsed), attempt)

@@ -72,7 +72,7 @@ def test_a_score_is_read_and_mapped_onto_zero_to_one() -> None:
     server = Judge(lambda n, body: reply('{"score": 4, "reason": "supported"}'))
     with engine(server.handle) as url:
         judged = judge_one(
-            spec(url, scale=(1.0, 5.0), rubric="Grade faithfulness."), "60 days", key=KEY
+            spec(url, scale=[1, 5], rubric="Grade faithfulness."), "60 days", key=KEY
         )
     assert judged.score == 0.75 and judged.error is None
     body = server.requests[0]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from datetime import timedelta
 from typing import TYPE_CHECKING, Annotated, Literal, Self
 
@@ -283,7 +284,7 @@ class JudgeSpec(_Spec):
     model: str = Field(min_length=1)
     prompt: str = Field(default=DEFAULT_JUDGE_PROMPT, min_length=1)
     rubric: str = Field(default=DEFAULT_RUBRIC, min_length=1)
-    scale: tuple[float, float] = (0.0, 1.0)
+    scale: list[float] = Field(default_factory=lambda: [0.0, 1.0], min_length=2, max_length=2)
     api_key_env: str | None = Field(default=None, pattern=r"^[A-Za-z_][A-Za-z0-9_]*$")
     timeout: float = Field(default=60.0, gt=0.0, le=3600.0)
     retries: int = Field(default=2, ge=0, le=10)
@@ -296,10 +297,15 @@ class JudgeSpec(_Spec):
     def _usable(self) -> Self:
         if "{answer}" not in self.prompt:
             raise ValueError("the judge's prompt must contain {answer}")
-        low, high = self.scale
-        if not low < high:
-            raise ValueError(f"scale must be [low, high] with low < high, got {list(self.scale)}")
+        low, high = self.bounds
+        if not (math.isfinite(low) and math.isfinite(high) and low < high):
+            raise ValueError(f"scale must be [low, high] with low < high, got {self.scale}")
         return self
+
+    @property
+    def bounds(self) -> tuple[float, float]:
+        """The scale's (low, high)."""
+        return (self.scale[0], self.scale[1])
 
 
 class SuiteGate(_Gate):
