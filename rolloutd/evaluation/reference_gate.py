@@ -84,6 +84,7 @@ def judge_reference(
         [b for b, _ in pairs], [c for _, c in pairs], margin=margin, alpha=alpha
     )
     evidence["paired"] = test.as_evidence()
+    evidence["worst_cases"] = _worst_cases(baseline, canary)
     worded = "mean score" + (f" drop <= {spec.max_drop_points:g} points" if margin else "")
     base = replace(
         base,
@@ -104,6 +105,21 @@ def judge_reference(
     )
     verdict = Verdict.BREACH if role == "trigger" and spec.rule == "max_drop" else Verdict.FAIL
     return replace(base, verdict=verdict, reason=reason)
+
+
+def _worst_cases(baseline: ReferenceRun, canary: ReferenceRun) -> list[dict[str, Any]]:
+    # Where the canary lost most, for the operator to read: up to ten cases, largest first.
+    scores = {case.case_id: case.score for case in baseline.cases}
+    losses = [
+        (base - case.score, case.case_id, base, case.score)
+        for case in canary.cases
+        if case.score is not None and (base := scores.get(case.case_id)) is not None
+    ]
+    return [
+        {"case": case_id, "baseline": round(base, 4), "canary": round(mine, 4)}
+        for loss, case_id, base, mine in sorted(losses, key=lambda item: (-item[0], item[1]))[:10]
+        if loss > 0
+    ]
 
 
 def _unusable(spec: SuiteGate, baseline: ReferenceRun, canary: ReferenceRun) -> str:

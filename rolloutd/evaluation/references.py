@@ -22,8 +22,11 @@ from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import Any
 
+import aiohttp
+
 from rolloutd.clock import utc_now
 from rolloutd.core.plan import JudgeSpec
+from rolloutd.errors import BadInput
 from rolloutd.evaluation.judge import JudgeCache, api_key, judge_answers, judge_key
 from rolloutd.evaluation.results import RunRole
 from rolloutd.evaluation.runner import (
@@ -162,7 +165,11 @@ async def answer_suite(
 
 
 async def _answer(
-    session: Any, target: Endpoint, case: SuiteCase, model: str | None, options: RunnerOptions
+    session: aiohttp.ClientSession,
+    target: Endpoint,
+    case: SuiteCase,
+    model: str | None,
+    options: RunnerOptions,
 ) -> ReferenceResult:
     started = time.perf_counter()
     request = reference_request(case, model, options)
@@ -217,8 +224,6 @@ async def score_runs(
     if scorer != "judge":
         raise ValueError(f"unknown scorer {scorer!r}; expected exact, token_f1 or judge")
     if judge is None:
-        from rolloutd.errors import BadInput
-
         raise BadInput.one(source, "judge", "scorer 'judge' needs a 'judge' section")
     cache = cache if cache is not None else JudgeCache()
     items = [

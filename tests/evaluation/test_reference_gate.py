@@ -22,7 +22,7 @@ from rolloutd.evaluation.schedule import run_suite_for_gate
 from rolloutd.evaluation.suite import Suite, load_suite
 from rolloutd.sim.references import UNSUPPORTED
 from tests.evaluation.conftest import SIM, engine, start
-from tests.plans import example_dict, plan_of
+from tests.plans import example_dict, plan_of, problems_of
 
 RAG = Path(__file__).resolve().parents[2] / "gates" / "suites" / "support-rag-26.jsonl"
 NOW = datetime(2026, 1, 5, tzinfo=UTC)
@@ -80,6 +80,8 @@ def test_token_f1_passes_an_a_a_pair_and_fails_a_worse_canary(rag: Suite) -> Non
     assert evaluation.verdict is Verdict.FAIL
     assert evaluation.reason.startswith("token_f1 score")
     assert evaluation.evidence["paired"]["pairs"] == len(rag)
+    worst = evaluation.evidence["worst_cases"]
+    assert worst and all(row["canary"] < row["baseline"] for row in worst)
     assert evaluation.evidence["alpha"] == pytest.approx(0.05 * 6 / 3.141592653589793**2)
 
 
@@ -195,3 +197,36 @@ def test_the_daemon_says_it_does_not_yet_run_a_reference_suite(store: Any) -> No
     )
     assert evaluation.verdict is Verdict.INCONCLUSIVE
     assert "support-rag-26.jsonl: a suite of reference answers is not yet run" in evaluation.reason
+
+
+@pytest.mark.parametrize(
+    ("judge", "field", "words"),
+    [
+        ({"model": "m"}, "judge.url", "required, but missing"),
+        ({"url": "http://j:8000", "model": "m", "scale": [5, 1]}, "judge", "low < high"),
+        (
+            {"url": "http://j:8000", "model": "m", "scale": ["1", 5]},
+            "judge.scale[0]",
+            "valid number",
+        ),
+        ({"url": "http://j:8000", "model": "m", "temperature": 0.7}, "judge.temperature", ""),
+        ({"url": "http://j:8000", "model": "m", "api_key": "sk-x"}, "judge.api_key", ""),
+    ],
+)
+def test_a_plan_with_a_bad_judge_is_refused_naming_file_and_field(
+    judge: dict[str, Any], field: str, words: str
+) -> None:
+    """plan validate names plan.yaml, the gate and the judge's field; a key in the plan is
+    refused (only the name of its environment variable belongs there)."""
+    data = example_dict()
+    data["gates"]["faithfulness"] = {
+        "kind": "suite",
+        "suite": "gates/suites/support-rag-26.jsonl",
+        "rule": "at_least_baseline",
+        "scorer": "judge",
+        "judge": judge,
+    }
+    problems = [str(problem) for problem in problems_of(data)]
+    wanted = f"plan.yaml: gates.faithfulness.suite.{field}"
+    assert any(p.startswith(wanted) and words in p for p in problems), problems
+    assert not any("sk-x" in p for p in problems), problems
