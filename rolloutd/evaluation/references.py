@@ -144,7 +144,12 @@ async def answer_suite(
     options: RunnerOptions | None = None,
     clock: Callable[[], datetime] = utc_now,
 ) -> ReferenceRun:
-    """Ask ``endpoint`` every case of the reference suite; the answers are not yet scored."""
+    """Ask ``endpoint`` every case of the reference suite; the answers are not yet scored.
+
+    :raises BadInput: the suite's cases expect tool calls, not reference answers.
+    """
+    if not suite.is_reference:
+        raise BadInput.one(suite.path, "expected", "a suite of tool calls has no reference answers")
     options = options or RunnerOptions()
     started = clock()
     target = Endpoint.parse(endpoint, options.headers)

@@ -172,6 +172,12 @@ def test_the_call_runner_refuses_a_reference_suite(rag: Suite) -> None:
         run_suite(rag, "http://127.0.0.1:9")
 
 
+def test_the_reference_runner_refuses_a_suite_of_calls(example_suite: Suite) -> None:
+    """Asking a tool-call suite for text answers is bad input naming the file and field."""
+    with pytest.raises(BadInput, match=r"tool-args-300\.jsonl: expected: a suite of tool calls"):
+        asyncio.run(answer_suite(example_suite, "http://127.0.0.1:9"))
+
+
 def test_a_judge_scorer_needs_a_judge_section() -> None:
     """scorer: judge without judge, or judge without scorer: judge, is refused by the plan."""
     with pytest.raises(ValueError, match="needs a 'judge' section"):
