@@ -224,10 +224,13 @@ async def _ask(
                 status = response.status
                 raw = await response.content.read(MAX_REPLY_BYTES + 1)
         except TimeoutError:
+            # A judge slower than its timeout may be busy: try again, then count an error.
             reason = f"judge timed out after {spec.timeout:g}s"
             continue
         except aiohttp.ClientError as exc:
-            reason = scrub(f"judge unreachable: {type(exc).__name__}")
+            # Refused or reset: the judge may be restarting; try again.
+            detail = " ".join(str(exc).split())[:200]
+            reason = scrub(f"judge unreachable: {type(exc).__name__}: {detail}")
             continue
         if status in RETRY_STATUSES:
             reason = f"judge answered HTTP {status}"
