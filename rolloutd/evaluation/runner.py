@@ -41,6 +41,7 @@ import aiohttp
 import certifi
 
 from rolloutd.clock import utc_now
+from rolloutd.errors import BadInput
 from rolloutd.evaluation.compare import Call, CaseResult, request_error, score_case
 from rolloutd.evaluation.results import RunRole, RunSummary
 from rolloutd.evaluation.suite import Suite, SuiteCase
@@ -194,6 +195,10 @@ async def run_suite_async(
     an earlier attempt of the run kept, by position: those cases are not asked again. ``keep``
     is awaited with each new result before its worker goes on.
     """
+    if suite.is_reference:
+        # Its cases carry answers, not calls: scored by rolloutd.evaluation.references.
+        message = "a suite of reference answers is scored by a scorer, not as tool calls"
+        raise BadInput.one(suite.path, "reference", message)
     role = how.get("role", "canary")
     options = how.get("options") or RunnerOptions()
     progress = how.get("progress")
@@ -261,6 +266,11 @@ async def run_suite_async(
     )
 
 
+def session_for(target: Endpoint, connections: int) -> aiohttp.ClientSession:
+    """A client session for ``target`` holding at most ``connections`` connections."""
+    return _session(target, connections)
+
+
 def _session(target: Endpoint, connections: int) -> aiohttp.ClientSession:
     # Loading the CA bundle costs tens of milliseconds: once per run, and only for TLS.
     tls = ssl.create_default_context(cafile=certifi.where()) if target.tls else True
@@ -273,6 +283,13 @@ def _session(target: Endpoint, connections: int) -> aiohttp.ClientSession:
         # An engine sets no cookies worth keeping.
         cookie_jar=aiohttp.DummyCookieJar(),
     )
+
+
+async def served_model(
+    session: aiohttp.ClientSession, target: Endpoint, options: RunnerOptions
+) -> str | None:
+    """The model the endpoint lists first in ``/v1/models`` (None when it lists none)."""
+    return await _served_model(session, target, options.timeout_s, options.max_answer_bytes)
 
 
 async def _served_model(
@@ -336,16 +353,40 @@ async def _ask(
     options: RunnerOptions,
     permit: Permit | None = None,
 ) -> CaseResult:
-    body = json.dumps(
-        request_body(case, model, options), ensure_ascii=False, separators=(",", ":")
-    ).encode()
-    reason = "not sent"
     started = time.perf_counter()
+    raw, failure, attempt = await exchange(
+        session, target, request_body(case, model, options), case.id, options, permit
+    )
+    if raw is None:
+        return request_error(case, failure or "no answer", attempt)
+    call = _call_of(raw)
+    if call is None:
+        return request_error(case, "the response is not a chat completion", attempt)
+    result = score_case(case, call)
+    latency = time.perf_counter() - started
+    return _with_attempts(result, attempt, latency)
+
+
+async def exchange(
+    session: aiohttp.ClientSession,
+    target: Endpoint,
+    request: dict[str, Any],
+    case_id: str,
+    options: RunnerOptions,
+    permit: Permit | None = None,
+) -> tuple[bytes | None, str | None, int]:
+    """POST one chat request with the runner's retries: (the 200 answer's body, None,
+    attempts), or (None, why there is no usable answer, attempts).
+
+    :raises RunAbandoned: ``permit`` refused a request.
+    """
+    body = json.dumps(request, ensure_ascii=False, separators=(",", ":")).encode()
+    reason = "not sent"
     for attempt in range(1, options.retries + 2):
         if attempt > 1:
             await asyncio.sleep(options.backoff_s * 2 ** (attempt - 2))
         if permit is not None and not permit(options.timeout_s):
-            raise RunAbandoned(f"stopped before case {case.id}")
+            raise RunAbandoned(f"stopped before case {case_id}")
         try:
             # The whole request, answer included, is bounded: a slowly dripping answer
             # cannot outlive the permit it started under.
@@ -374,17 +415,12 @@ async def _ask(
             continue
         if status != 200:
             text = too_large if raw is None else _error_text(raw, phrase)
-            return request_error(case, f"HTTP {status}: {text}", attempt)
+            return None, f"HTTP {status}: {text}", attempt
         if raw is None:
             # The same request would get the same oversized answer: no retry.
-            return request_error(case, too_large, attempt)
-        call = _call_of(raw)
-        if call is None:
-            return request_error(case, "the response is not a chat completion", attempt)
-        result = score_case(case, call)
-        latency = time.perf_counter() - started
-        return _with_attempts(result, attempt, latency)
-    return request_error(case, reason, options.retries + 1)
+            return None, too_large, attempt
+        return raw, None, attempt
+    return None, reason, options.retries + 1
 
 
 def _size(count: int) -> str:

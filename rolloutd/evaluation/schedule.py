@@ -145,6 +145,12 @@ def run_suite_for_gate(
                 suite = load_suite(path)
             except BadInput as exc:
                 suite = Unusable(f"bad suite: {exc}")
+            if not isinstance(suite, Unusable) and suite.is_reference:
+                # Its runs have answers and scores, which the stored-run tables do not hold
+                # yet: judged by ``rolloutd.evaluation.reference_gate`` outside the daemon.
+                suite = Unusable(
+                    f"{path}: a suite of reference answers is not yet run by the daemon"
+                )
         if isinstance(suite, Unusable):
             return Evaluation(
                 name, role, Verdict.INCONCLUSIVE, now, reason=suite.reason, evidence=suite.report

@@ -9,6 +9,18 @@ One case per line::
      "tags": ["refunds"]}
 
 A tool may also be written bare (``{"name", "parameters"}``). Blank lines are skipped.
+
+A *reference* case carries the answer instead of a call, for answers that are text (a RAG
+agent's reply): ``reference`` (one string, or a list of acceptable answers) and optionally
+``context`` (the retrieved chunks, put in the prompt ahead of the messages), and no
+``tools`` or ``expected``::
+
+    {"id": "returns-0003",
+     "messages": [{"role": "user", "content": "How long do I have to return boots?"}],
+     "context": ["Footwear may be returned within 60 days if unworn.", "..."],
+     "reference": "60 days, if the boots are unworn."}
+
+A suite is all call cases or all reference cases: the two are scored and judged apart.
 Every problem is reported with the file, the line and the field, and a suite with any
 problem is refused as a whole: a run over half a suite would be compared with a run over
 all of it.
@@ -36,7 +48,7 @@ from referencing.jsonschema import DRAFT202012
 from rolloutd.errors import BadInput, Problem
 from rolloutd.userfiles import MIB, read_limited
 
-KEYS = frozenset({"id", "messages", "tools", "expected", "tags", "meta"})
+KEYS = frozenset({"id", "messages", "tools", "expected", "reference", "context", "tags", "meta"})
 MAX_PROBLEMS = 20
 MAX_DEPTH = 64
 MAX_SUITE_BYTES = 64 * MIB
@@ -56,6 +68,13 @@ class SuiteCase:
     expected_name: str = ""
     expected_arguments: dict[str, Any] = field(default_factory=dict, hash=False)
     tags: tuple[str, ...] = ()
+    reference: tuple[str, ...] = ()
+    context: tuple[str, ...] = ()
+
+    @property
+    def is_reference(self) -> bool:
+        """Whether the case is answered in text, scored against reference answers."""
+        return bool(self.reference)
 
     def schema_of(self, tool: str) -> dict[str, Any] | None:
         """The JSON Schema of ``tool``'s arguments, or None when the case does not offer it."""
@@ -80,6 +99,11 @@ class Suite:
 
     def __len__(self) -> int:
         return len(self.cases)
+
+    @property
+    def is_reference(self) -> bool:
+        """Whether the suite's cases carry reference answers rather than expected calls."""
+        return bool(self.cases) and self.cases[0].is_reference
 
 
 def load_suite(path: str | Path) -> Suite:
@@ -114,6 +138,14 @@ def parse_suite(data: bytes, source: str) -> Suite:
         where = f"{source}:{number}"
         found: list[tuple[str, str]] = []
         case = _case(line, number, found)
+        if case is not None and cases and case.is_reference != cases[0].is_reference:
+            mine = "reference" if case.is_reference else "expected"
+            first = "a reference case" if cases[0].is_reference else "a call case"
+            message = (
+                f"line {cases[0].line} is {first}: a suite is all call cases ('expected') "
+                "or all reference cases ('reference')"
+            )
+            found.append((mine, message))
         if case is not None and case.id in first_line:
             found.append(("id", f"duplicate id {case.id!r} (first on line {first_line[case.id]})"))
         elif case is not None:
@@ -178,15 +210,56 @@ def _case(line: str, number: int, problems: list[tuple[str, str]]) -> SuiteCase 
         problems.append(("id", "required: a non-empty string"))
         return None
     messages = _messages(document.get("messages"), problems)
+    tags = _tags(document, problems)
+    if "reference" in document:
+        return _reference_case(document, case_id, number, messages, tags, problems)
     tools, broken = _tools(document.get("tools"), problems)
     expected = _expected(document.get("expected"), tools, broken, problems)
+    if expected is None:
+        return None
+    return SuiteCase(case_id, number, messages, tools, expected[0], expected[1], tags)
+
+
+def _tags(document: dict[str, Any], problems: list[tuple[str, str]]) -> tuple[str, ...]:
     tags = document.get("tags", [])
     if not isinstance(tags, list) or not all(isinstance(tag, str) for tag in tags):
         problems.append(("tags", "expected a list of strings"))
-        tags = []
-    if expected is None:
+        return ()
+    return tuple(tags)
+
+
+def _reference_case(
+    document: dict[str, Any],
+    case_id: str,
+    number: int,
+    messages: tuple[dict[str, Any], ...],
+    tags: tuple[str, ...],
+    problems: list[tuple[str, str]],
+) -> SuiteCase | None:
+    for key in ("expected", "tools"):
+        if key in document:
+            problems.append((key, "a reference case has no tools and no expected call"))
+    reference = _strings(document["reference"], "reference", problems, allow_one=True)
+    context = _strings(document.get("context", []), "context", problems, allow_one=False)
+    if not reference:
         return None
-    return SuiteCase(case_id, number, messages, tools, expected[0], expected[1], tuple(tags))
+    return SuiteCase(case_id, number, messages, (), tags=tags, reference=reference, context=context)
+
+
+def _strings(
+    value: object, name: str, problems: list[tuple[str, str]], *, allow_one: bool
+) -> tuple[str, ...]:
+    if allow_one and isinstance(value, str):
+        value = [value]
+    expected = "a non-empty string or a list of them" if allow_one else "a list of strings"
+    if not isinstance(value, list) or (allow_one and not value):
+        problems.append((name, f"expected {expected}"))
+        return ()
+    for index, item in enumerate(value):
+        if not isinstance(item, str) or not item.strip():
+            problems.append((f"{name}[{index}]", "expected a non-empty string"))
+            return ()
+    return tuple(value)
 
 
 def _messages(value: object, problems: list[tuple[str, str]]) -> tuple[dict[str, Any], ...]:

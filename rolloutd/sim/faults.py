@@ -33,6 +33,8 @@ class Faults:
     """Share of tool calls with one wrong argument value."""
     escalation_rate: float = 0.0
     """Share of answers where the model hands the user over to a human instead of acting."""
+    unfaithful_rate: float = 0.0
+    """Share of reference-case answers (RAG) not supported by their context."""
     prompt_drift: float = 1.0
     """Multiplies prompt lengths as the engine counts them (a template or client change)."""
     metrics_silent: float = 0.0

@@ -18,8 +18,9 @@ from rolloutd.sim.cases import rng_for
 from rolloutd.sim.config import EngineConfig
 from rolloutd.sim.faults import Faults
 from rolloutd.sim.process import Process, Reply
-from rolloutd.sim.profiles import answer
+from rolloutd.sim.profiles import Answer, answer
 from rolloutd.sim.protocol import BadRequest, ChatRequest, chat_response, openai_error, parse_chat
+from rolloutd.sim.references import reference_answer, references_of
 
 if TYPE_CHECKING:
     from rolloutd.sim.engine import Replica
@@ -132,14 +133,18 @@ def _serve(
         "ok", **timings, prompt_tokens=prompt, output_tokens=output, kv_usage=kv_usage
     )
     process.stats.succeed(finish, done)
-    said = answer(
-        replica.profile,
-        request.expected,
-        request.tools,
-        rng,
-        schema_violation_rate=faults.schema_violation_rate,
-        exactness_drop=faults.exactness_drop,
-        handoff_rate=faults.escalation_rate,
-    )
+    references = references_of(request.raw)
+    if references is not None and not request.tools:
+        said = Answer(None, content=reference_answer(references, rng, faults.unfaithful_rate))
+    else:
+        said = answer(
+            replica.profile,
+            request.expected,
+            request.tools,
+            rng,
+            schema_violation_rate=faults.schema_violation_rate,
+            exactness_drop=faults.exactness_drop,
+            handoff_rate=faults.escalation_rate,
+        )
     served = {**timings, "replica": replica.name, "pool": replica.pool}
     return replica.reply(200, chat_response(config.model, said, prompt, output, finish, served))

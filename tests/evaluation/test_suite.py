@@ -225,3 +225,65 @@ def test_a_suite_read_from_a_device_stops_at_the_limit() -> None:
     with pytest.raises(BadInput) as refused:
         load_suite("/dev/zero")
     assert "/dev/zero: holds more than 67108864 bytes" in str(refused.value)
+
+
+def _reference(case_id: str = "r-1", **changes: Any) -> dict[str, Any]:
+    case: dict[str, Any] = {
+        "id": case_id,
+        "messages": [{"role": "user", "content": "How long do I have to return boots?"}],
+        "context": ["Unworn footwear may be returned within 60 days."],
+        "reference": "60 days, if unworn.",
+    }
+    case.update(changes)
+    return case
+
+
+def test_a_reference_case_is_read_with_its_context_and_answers() -> None:
+    """A reference given as one string or a list; context kept in order; no tools needed."""
+    suite = parse_suite(
+        "\n".join(
+            [json.dumps(_reference()), json.dumps(_reference("r-2", reference=["a", "b"]))]
+        ).encode(),
+        "rag.jsonl",
+    )
+    assert suite.is_reference
+    first, second = suite.cases
+    assert first.reference == ("60 days, if unworn.",) and first.context[0].startswith("Unworn")
+    assert second.reference == ("a", "b") and second.tools == ()
+
+
+@pytest.mark.parametrize(
+    ("changes", "problem"),
+    [
+        ({"reference": ""}, "s.jsonl:1: reference[0]: expected a non-empty string"),
+        ({"reference": []}, "s.jsonl:1: reference: expected a non-empty string or a list"),
+        ({"reference": 60}, "s.jsonl:1: reference: expected a non-empty string or a list"),
+        ({"context": "one chunk"}, "s.jsonl:1: context: expected a list of strings"),
+        ({"context": ["ok", 3]}, "s.jsonl:1: context[1]: expected a non-empty string"),
+        ({"expected": {"name": "x", "arguments": {}}}, "s.jsonl:1: expected: a reference case"),
+        ({"tools": []}, "s.jsonl:1: tools: a reference case has no tools"),
+        ({"messages": []}, "s.jsonl:1: messages: required"),
+    ],
+)
+def test_a_bad_reference_case_is_refused_naming_line_and_field(
+    changes: dict[str, Any], problem: str
+) -> None:
+    """Each malformed reference case is refused with the file, line and field."""
+    problems = _problems([json.dumps(_reference(**changes))])
+    assert any(p.startswith(problem) for p in problems), problems
+
+
+def test_a_suite_mixing_calls_and_references_is_refused() -> None:
+    """A call case after a reference case names its line and the first case's."""
+    problems = _problems([json.dumps(_reference()), json.dumps(_case("c-2"))])
+    assert problems == [
+        "s.jsonl:2: expected: line 1 is a reference case: a suite is all call cases "
+        "('expected') or all reference cases ('reference')"
+    ]
+
+
+def test_the_rag_example_suite_loads(tmp_path: Path) -> None:
+    """The committed RAG suite: 26 reference cases, each with context and a unique id."""
+    suite = load_suite(EXAMPLE.parent / "support-rag-26.jsonl")
+    assert suite.is_reference and len(suite) == 26
+    assert all(case.context and case.reference for case in suite.cases)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from datetime import timedelta
 from typing import TYPE_CHECKING, Annotated, Literal, Self
 
@@ -306,8 +307,67 @@ class SampledSource(_Spec):
         return self
 
 
+DEFAULT_JUDGE_PROMPT = """Question and conversation:
+{question}
+
+Retrieved context:
+{context}
+
+Reference answer:
+{reference}
+
+Answer to grade:
+{answer}"""
+"""The judge's user message; ``{question}``, ``{context}``, ``{reference}`` and ``{answer}``
+are filled in (the answer is required)."""
+
+DEFAULT_RUBRIC = (
+    "You grade a customer-support answer for faithfulness: every claim it makes must be "
+    "supported by the retrieved context, and it must agree with the reference answer. "
+    "1 means fully faithful and correct; 0 means unsupported or contradicting; use values "
+    "between for partly supported answers."
+)
+
+
+class JudgeSpec(_Spec):
+    """An LLM judge on an OpenAI-compatible endpoint, asked at temperature 0.
+
+    It must answer with a JSON object holding a number ``score`` in ``scale`` (anything else
+    is refused as garbage); scores are mapped onto [0, 1]. ``api_key_env`` names the
+    environment variable that holds the API key: the key itself never goes in a plan.
+    """
+
+    url: HttpUrl
+    model: str = Field(min_length=1)
+    prompt: str = Field(default=DEFAULT_JUDGE_PROMPT, min_length=1)
+    rubric: str = Field(default=DEFAULT_RUBRIC, min_length=1)
+    scale: list[float] = Field(default_factory=lambda: [0.0, 1.0], min_length=2, max_length=2)
+    api_key_env: str | None = Field(default=None, pattern=r"^[A-Za-z_][A-Za-z0-9_]*$")
+    timeout: float = Field(default=60.0, gt=0.0, le=3600.0)
+    retries: int = Field(default=2, ge=0, le=10)
+    concurrency: int = Field(default=4, ge=1, le=64)
+    max_errors: Fraction = 0.05
+    """The share of cases the judge may fail to score (errors, timeouts, garbage) before the
+    run counts as too little measured: inconclusive, never passed."""
+
+    @model_validator(mode="after")
+    def _usable(self) -> Self:
+        if "{answer}" not in self.prompt:
+            raise ValueError("the judge's prompt must contain {answer}")
+        low, high = self.bounds
+        if not (math.isfinite(low) and math.isfinite(high) and low < high):
+            raise ValueError(f"scale must be [low, high] with low < high, got {self.scale}")
+        return self
+
+    @property
+    def bounds(self) -> tuple[float, float]:
+        """The scale's (low, high)."""
+        return (self.scale[0], self.scale[1])
+
+
 class SuiteGate(_Gate):
-    """The tool-argument suite: per-field regressions or exactness against the baseline.
+    """The suite: per-field regressions or exactness against the baseline, or for a suite
+    of reference answers, the mean score per case against the baseline's (``scorer``).
 
     Runs at the step's entry (``at_entry``) and then every ``every``. ``suite`` names a fixed
     suite file; ``sampled_suite`` a second file (sampled live cases, same format); ``sampled``
@@ -329,6 +389,17 @@ class SuiteGate(_Gate):
     baseline_endpoint: HttpUrl | None = None
     concurrency: int = Field(default=8, ge=1, le=256)
     max_request_errors: Fraction = 0.05
+    scorer: Literal["exact", "token_f1", "judge"] | None = None
+    """How a reference suite's answers are scored (a call suite ignores it)."""
+    judge: JudgeSpec | None = None
+
+    @model_validator(mode="after")
+    def _judge_named(self) -> Self:
+        if self.scorer == "judge" and self.judge is None:
+            raise ValueError("scorer 'judge' needs a 'judge' section (url, model)")
+        if self.judge is not None and self.scorer != "judge":
+            raise ValueError("a 'judge' section needs scorer: judge")
+        return self
 
     @model_validator(mode="after")
     def _names_cases(self) -> Self:
