@@ -291,7 +291,7 @@ def test_plan_validate_json_lists_each_file_with_its_problems_and_warnings(
     ]
     assert results[0]["problems"] == []
     (problem,) = results[1]["problems"]
-    assert (problem["source"], problem["field"]) == (str(bad), "steps[2].weight")
+    assert (problem["source"], problem["field"]) == (str(bad), "steps[3].weight")
     assert results[2]["problems"] == [
         {"source": str(missing), "field": "", "message": "no such file"}
     ]
