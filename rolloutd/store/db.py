@@ -241,7 +241,10 @@ def check_revision(engine: Engine) -> None:
     """
     where = describe(engine.url)
     if engine.url.get_backend_name() == "sqlite" and not Path(engine.url.database or "").exists():
-        raise SchemaOutOfDate(f"no rolloutd database at {where} (set {URL_SETTING})")
+        raise SchemaOutOfDate(
+            f"no rolloutd database at {where} (set {URL_SETTING}); to create one there:"
+            " rolloutd db upgrade"
+        )
     with translate_connect_errors(engine.url), engine.connect() as connection:
         found: str | None = None
         if inspect(connection).has_table("alembic_version"):
