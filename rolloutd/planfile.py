@@ -2,22 +2,28 @@
 
 Operators fix plans from these messages alone, so each one names a path such as
 ``steps[2].weight`` rather than pydantic's internal location tuple, and the loader
-collects every problem it can find instead of stopping at the first.
+collects every problem it can find instead of stopping at the first. Steps are counted from 1
+there, as ``step 2 of 6`` in every view (the core names them by Python's index, which
+:func:`counted_from_one` shifts at this boundary), and a misspelt key names the nearest key
+its section knows.
 """
 
 from __future__ import annotations
 
+import difflib
 import hashlib
 import json
 import re
 import reprlib
+import types
+import typing
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import yaml
-from pydantic import ValidationError
+from pydantic import BaseModel, ValidationError
 
 from rolloutd.core.plan import CompareGate, LatencyGate, Plan, plan_problems, plan_warnings
 from rolloutd.errors import BadInput, Problem
@@ -59,7 +65,7 @@ def parse_plan(text: str, source: str = "<plan>") -> LoadedPlan:
         plan = Plan.model_validate(data)
     except ValidationError as exc:
         raise BadInput([_problem(source, data, err) for err in exc.errors()]) from None
-    problems = [Problem(source, path, message) for path, message in plan_problems(plan)]
+    problems = [_as_written(source, path, message) for path, message in plan_problems(plan)]
     if problems:
         raise BadInput(problems)
     vllm_problems, vllm_warnings = _vllm_capacity(plan, source)
@@ -68,7 +74,7 @@ def parse_plan(text: str, source: str = "<plan>") -> LoadedPlan:
     templates = _check_templates(plan, source)
     found = plan_warnings(plan, _latency_edges(templates))
     found += _load_signal_warnings(plan, templates)
-    warnings = tuple(Problem(source, path, message) for path, message in found)
+    warnings = tuple(_as_written(source, path, message) for path, message in found)
     warnings += tuple(vllm_warnings)
     return LoadedPlan(
         plan=plan, source=source, text=text, content_hash=content_hash(plan), warnings=warnings
@@ -110,7 +116,7 @@ def _check_templates(plan: Plan, source: str) -> Templates | None:
         if not _LABEL_NAME.fullmatch(getattr(metrics, field)):
             problems.append((f"metrics.{field}", "is not a Prometheus label name"))
     if problems:
-        raise BadInput([Problem(source, path, message) for path, message in problems])
+        raise BadInput([_as_written(source, path, message) for path, message in problems])
     return templates
 
 
@@ -276,8 +282,81 @@ def _kind_of(value: object) -> str:
     return "a scalar"
 
 
+_STEP_INDEX = re.compile(r"\bsteps\[([0-9]+)\]")
+
+
+def counted_from_one(text: str) -> str:
+    """``text`` with every ``steps[i]`` (Python's index) written ``steps[i+1]``."""
+    return _STEP_INDEX.sub(lambda found: f"steps[{int(found.group(1)) + 1}]", text)
+
+
+def _as_written(source: str, field: str, message: str) -> Problem:
+    """A problem of the core's, its steps counted from 1 in the field and the message."""
+    return Problem(source, counted_from_one(field), counted_from_one(message))
+
+
 def _problem(source: str, data: object, error: Mapping[str, Any]) -> Problem:
-    return Problem(source, _field_path(data, error["loc"]), _message(error))
+    message = _message(error)
+    if error["type"] == "extra_forbidden":
+        message += _nearest_key(error["loc"])
+    return _as_written(source, _field_path(data, error["loc"]), message)
+
+
+def _nearest_key(loc: Sequence[int | str]) -> str:
+    """`` (did you mean KEY?)`` for the known key of the section at ``loc[:-1]`` nearest to
+    the unknown key ``loc[-1]``; empty when none is near (difflib's ratio under 0.6)."""
+    known = {name for model in _models_at(loc[:-1]) for name in _keys_of(model)}
+    nearest = difflib.get_close_matches(str(loc[-1]), sorted(known), n=1)
+    return f" (did you mean {nearest[0]}?)" if nearest else ""
+
+
+def _models_at(loc: Sequence[int | str]) -> list[type[BaseModel]]:
+    """The plan's model classes that pydantic's location ``loc`` may point into."""
+    found: list[Any] = [Plan]
+    for item in loc:
+        models = [m for t in found for m in _expanded(t) if _is_model(m)]
+        containers = [t for t in found for t in _expanded(t) if not _is_model(t)]
+        step: list[Any] = []
+        for model in models:
+            field = model.model_fields.get(str(item)) if isinstance(item, str) else None
+            if field is not None:
+                step.append(field.annotation)
+        if not step and isinstance(item, str):
+            # A union's tag (a step's kind, a router's driver): pydantic names the member.
+            step = [m for m in models if item in _tags(m)] or models
+        for container in containers:
+            args = typing.get_args(container)
+            if args:
+                step.append(args[-1])
+        found = step
+    return [m for t in found for m in _expanded(t) if _is_model(m)]
+
+
+def _expanded(annotation: Any) -> list[Any]:
+    """``annotation`` with its unions and ``Annotated`` wrappers unwrapped."""
+    origin = typing.get_origin(annotation)
+    if origin is typing.Annotated:
+        return _expanded(typing.get_args(annotation)[0])
+    if origin is typing.Union or origin is types.UnionType:
+        return [t for arg in typing.get_args(annotation) for t in _expanded(arg)]
+    return [annotation]
+
+
+def _is_model(annotation: Any) -> bool:
+    return isinstance(annotation, type) and issubclass(annotation, BaseModel)
+
+
+def _keys_of(model: type[BaseModel]) -> set[str]:
+    return {field.alias or name for name, field in model.model_fields.items()}
+
+
+def _tags(model: type[BaseModel]) -> set[object]:
+    tags: set[object] = set()
+    for name in ("kind", "driver", "source"):
+        field = model.model_fields.get(name)
+        if field is not None:
+            tags.update(typing.get_args(field.annotation))
+    return tags
 
 
 def _field_path(data: object, loc: Sequence[int | str]) -> str:

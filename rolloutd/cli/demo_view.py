@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import shlex
 import sys
 from typing import Any
 
@@ -85,6 +86,9 @@ def print_summary(result: DemoResult, console: Console | None = None) -> None:
         out.print(f"  {pool:<7} " + "  ".join(f"{k} {v}" for k, v in counts.items()))
     rid = result.rollout_id
     out.print("\n[bold]what an operator would have typed[/]")
+    if result.database:
+        # The commands below read the demo's database, which is not the default ./rolloutd.db.
+        out.print(f"  export ROLLOUTD_DATABASE_URL={shlex.quote(result.database)}", markup=False)
     for command in [f"rolloutctl start {result.plan or 'atlas-70b-demo.yaml'}", *result.commands]:
         out.print(f"  {command}")
     out.print(f"  rolloutctl status {rid}        # at any time; --output json for scripts")
@@ -94,4 +98,3 @@ def print_summary(result: DemoResult, console: Console | None = None) -> None:
         out.print("\n[bold]look at it[/]")
         out.print(f"  the rollout's page: {result.report}")
         out.print(f"  its database:       {result.database}")
-        out.print(f"  ROLLOUTD_DATABASE_URL={result.database} rolloutctl history {rid}")

@@ -237,7 +237,11 @@ def _print(data: dict[str, Any]) -> None:
             f"{role}: {run['endpoint']}  {run['measured']}/{run['cases']} cases answered  "
             f"schema-aware {_pct(run['exactness'])}  strict {_pct(run['strict_exactness'])}  "
             f"schema violations {_pct(run['schema_violation_rate'])}"
-            + (f"  (stored as run {run['run_id']})" if run.get("run_id") else "")
+            + (
+                f"  (stored as run {run['run_id']}: rolloutctl suite show {run['run_id']})"
+                if run.get("run_id")
+                else ""
+            )
         )
         click.echo("  " + "  ".join(f"{k} {v}" for k, v in run["outcomes"].items()))
         header = f"  {'field':34} {'cases':>5} {'ok':>5} {'format':>6} {'wrong':>5} "

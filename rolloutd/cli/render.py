@@ -321,6 +321,17 @@ def watch_live(
 
     pause = sleep or time.sleep
     view = frame()
+    console = _console()
+    if not console.is_terminal:
+        # Piped (a log, `tee`, a pager): rich's Live would hold every frame until the end;
+        # print each one as it comes, one after the other, flushed, without cursor codes.
+        while True:
+            console.print(watch(view))
+            console.file.flush()
+            if view["ended"]:
+                return
+            pause(interval)
+            view = frame()
     with Live(watch(view), console=_console(), auto_refresh=False) as live:
         while not view["ended"]:
             pause(interval)

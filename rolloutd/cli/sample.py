@@ -12,7 +12,7 @@ from typing import Any
 
 import click
 
-from rolloutd.cli.common import OUTPUT, emit
+from rolloutd.cli.common import OUTPUT, ROW_ID, emit
 from rolloutd.errors import BadInput
 
 
@@ -152,3 +152,50 @@ def _instant(option: str, text: str) -> datetime:
     except ValueError:
         raise BadInput.one(option, "", f"expected an ISO 8601 time, got {text!r}") from None
     return value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
+
+
+@suite_group.command("show")
+@click.argument("run_id", metavar="RUN", type=ROW_ID)
+@OUTPUT
+def show_command(run_id: int, output: str) -> None:
+    """Show a stored evaluation run: its figures and per-field results.
+
+    RUN is the number `rolloutctl eval` printed ("stored as run 1"), or a run the daemon
+    made for a rollout's suite gate.
+
+    \b
+    Examples:
+      rolloutctl suite show 1
+      rolloutctl suite show 1 --output json
+    """
+    from rolloutd.cli.common import database
+    from rolloutd.evaluation import records
+
+    with database() as session:
+        run = records.load_run(session, run_id)
+    if run is None:
+        raise BadInput.one("RUN", "", f"there is no evaluation run {run_id}")
+    emit({**run.as_json(), "run_id": run_id, "role": run.role}, output, _print_run)
+
+
+def _print_run(run: dict[str, Any]) -> None:
+    pct = _pct
+    click.echo(
+        f"run {run['run_id']} ({run['role']}): {run['endpoint']}  {run['measured']}/"
+        f"{run['cases']} cases answered  schema-aware {pct(run['exactness'])}  strict "
+        f"{pct(run['strict_exactness'])}  schema violations {pct(run['schema_violation_rate'])}"
+    )
+    click.echo(f"  {run['started_at']} .. {run['finished_at']}")
+    click.echo("  " + "  ".join(f"{k} {v}" for k, v in run["outcomes"].items()))
+    header = f"  {'field':34} {'cases':>5} {'ok':>5} {'format':>6} {'wrong':>5} "
+    click.echo(header + f"{'miss':>5} {'extra':>5} {'schema':>6} {'strict':>6}")
+    for row in run["fields"]:
+        click.echo(
+            f"  {row['field']:34} {row['cases']:5} {row['correct']:5} {row['format']:6} "
+            f"{row['wrong_value']:5} {row['missing']:5} {row['extra']:5} "
+            f"{row['schema_violations']:6} {row['strict_correct']:6}"
+        )
+
+
+def _pct(value: float | None) -> str:
+    return "n/a" if value is None else f"{value:.2%}"

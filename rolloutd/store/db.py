@@ -235,9 +235,16 @@ def check_revision(engine: Engine) -> None:
     """Check that the database schema is the one this rolloutd was built for.
 
     :raises DatabaseUnavailable: when the database cannot be reached.
-    :raises SchemaOutOfDate: when there is no rolloutd schema, or it is at another revision.
+    :raises SchemaOutOfDate: when there is no rolloutd schema, or it is at another revision,
+        or no SQLite file at all: connecting would create one, and a read command run in
+        the wrong directory would leave an empty ``rolloutd.db`` behind.
     """
     where = describe(engine.url)
+    if engine.url.get_backend_name() == "sqlite" and not Path(engine.url.database or "").exists():
+        raise SchemaOutOfDate(
+            f"no rolloutd database at {where} (set {URL_SETTING}); to create one there:"
+            " rolloutd db upgrade"
+        )
     with translate_connect_errors(engine.url), engine.connect() as connection:
         found: str | None = None
         if inspect(connection).has_table("alembic_version"):

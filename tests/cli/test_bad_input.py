@@ -291,7 +291,7 @@ def test_plan_validate_json_lists_each_file_with_its_problems_and_warnings(
     ]
     assert results[0]["problems"] == []
     (problem,) = results[1]["problems"]
-    assert (problem["source"], problem["field"]) == (str(bad), "steps[2].weight")
+    assert (problem["source"], problem["field"]) == (str(bad), "steps[3].weight")
     assert results[2]["problems"] == [
         {"source": str(missing), "field": "", "message": "no such file"}
     ]
@@ -444,3 +444,30 @@ def test_a_plan_with_capacity_figures_past_the_arithmetic_is_a_problem(
     field = line.split(":", maxsplit=1)[0]
     assert code == 2
     assert f"{plan}: capacity." in out and f"{field}: input should be" in out and message in out
+
+
+@pytest.mark.parametrize("command", [["list"], ["status", "1"], ["history", "1"], ["status"]])
+def test_a_read_command_without_a_database_creates_no_file(
+    tmp_path: Path, command: list[str]
+) -> None:
+    """With no ROLLOUTD_DATABASE_URL and no rolloutd.db here, a read command says where it
+    looked and how to point it elsewhere, exits non-zero, and leaves no database file."""
+    env = {k: v for k, v in os.environ.items() if k.upper() != "ROLLOUTD_DATABASE_URL"}
+    env["ROLLOUTD_ENV_FILE"] = str(tmp_path / "absent.env")
+    env["PYTHONPATH"] = str(Path(__file__).resolve().parents[2])
+    done = subprocess.run(
+        [sys.executable, "-m", "rolloutd.cli.ctl", *command],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert done.returncode != 0
+    assert (
+        "no rolloutd database at sqlite:///rolloutd.db (set ROLLOUTD_DATABASE_URL)"
+        in done.stderr
+    )
+    assert "Traceback" not in done.stderr
+    assert list(tmp_path.iterdir()) == []

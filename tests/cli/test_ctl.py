@@ -67,8 +67,8 @@ def test_validate_prints_one_line_per_problem_and_exits_2(ctl: Ctl, tmp_path: Pa
     lines = out.strip().splitlines()
     assert code == 2
     assert lines[0] == f"{EXAMPLE}: ok"
-    assert f"{bad}: steps[1].bake: expected a duration" in lines[1]
-    assert lines[2].startswith(f"{bad}: steps[2].weight: ")
+    assert f"{bad}: steps[2].bake: expected a duration" in lines[1]
+    assert lines[2].startswith(f"{bad}: steps[3].weight: ")
     assert len(lines) == 3
 
 

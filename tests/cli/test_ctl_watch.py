@@ -215,3 +215,27 @@ def test_a_frame_of_a_rollout_that_nothing_drives_says_so(
 
 
 _SEEN = "2026-12-04T09:30:05+00:00"
+
+
+def test_watch_piped_prints_each_frame_as_it_comes_one_after_another(
+    rollout: Harness, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Piped, each frame is on stdout before the next is read, with no terminal control
+    codes, one frame after the other."""
+    from rolloutd.cli import render
+    from rolloutd.store import queries
+
+    with rollout.store.sessions.begin() as session:
+        view = views.watch_view(session, queries.get_rollout(session, rollout.rollout_id))
+    seen: list[str] = []
+    frames = iter([False, False, True])
+
+    def frame() -> dict[str, Any]:
+        seen.append(capsys.readouterr().out)
+        return {**copy.deepcopy(view), "ended": next(frames)}
+
+    render.watch_live(frame, 0.0)
+    seen.append(capsys.readouterr().out)
+    assert seen[0] == ""
+    assert all("step 1 of 4: canary 5%" in out for out in seen[1:])
+    assert not any("\x1b" in out for out in seen)

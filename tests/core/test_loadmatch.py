@@ -54,11 +54,11 @@ def test_a_latency_gate_at_5_percent_is_named_with_the_step_that_judges_it() -> 
     """One canary of four at 5%: the warning gives the ratio, says the step cannot complete
     on the gate, names the 25% step and the gateway buckets' edges at the 14 s target."""
     ((field, message),) = _warnings(_latency_at_5_percent())
-    assert field == "steps[1].gates[0]"
+    assert field == "steps[2].gates[0]"
     assert "gate 'e2e_latency_p95' cannot pass at 5%" in message
     assert "carries 0.16 of a stable replica's load (1 canary, 3 stable)" in message
     assert "min_load_ratio 0.7" in message and "the step cannot complete on it" in message
-    assert "steps[2] (canary 25%) is the first step to judge it, at load ratio 1.00" in message
+    assert "steps[3] (canary 25%) is the first step to judge it, at load ratio 1.00" in message
     assert "the agent gateway's default buckets have edges at 14s and 15s" in message
 
 
@@ -75,7 +75,7 @@ def test_a_queue_timeout_comparison_is_warned_about_like_latency() -> None:
     data["gates"]["timeouts_vs_stable"] = {"kind": "compare", "signal": "queue_timeouts"}
     data["steps"][1]["gates"] += ["timeouts_vs_stable"]
     ((field, message),) = _warnings(data)
-    assert field == "steps[1].gates[4]" and "'timeouts_vs_stable' cannot pass at 5%" in message
+    assert field == "steps[2].gates[4]" and "'timeouts_vs_stable' cannot pass at 5%" in message
     assert "buckets" not in message  # no histogram behind an event count
 
 
@@ -87,7 +87,7 @@ def test_without_a_step_that_reaches_the_load_the_warning_says_so() -> None:
     data["pools"]["canary"]["replicas"].append(stable.pop())
     data["router"]["servers"]["canary"].append(data["router"]["servers"]["stable"].pop())
     found = dict(_warnings(data))
-    message = found["steps[2].gates[0]"]
+    message = found["steps[3].gates[0]"]
     assert "carries 0.33 of a stable replica's load (2 canary, 2 stable)" in message
     assert "No later step carrying it reaches that load before 100%" in message
 
@@ -162,10 +162,10 @@ def test_plan_validate_prints_the_warning_and_still_accepts_the_plan(
     warning, ok = out.strip().splitlines()
     assert (code, ok) == (0, f"{path}: ok")
     assert warning.startswith(
-        f"{path}: warning: steps[1].gates[0]: gate 'e2e_latency_p95' cannot pass at 5%: "
+        f"{path}: warning: steps[2].gates[0]: gate 'e2e_latency_p95' cannot pass at 5%: "
         "a canary replica carries 0.16 of a stable replica's load (1 canary, 3 stable)"
     )
-    assert "steps[2] (canary 25%) is the first step to judge it, at load ratio 1.00" in warning
+    assert "steps[3] (canary 25%) is the first step to judge it, at load ratio 1.00" in warning
     assert (
         "At its 14s target the agent gateway's default buckets have edges at 14s and 15s: "
         "p95s are told apart there in steps of 1s (7%)"

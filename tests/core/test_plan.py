@@ -121,8 +121,36 @@ def test_a_mirroring_shadow_step_on_haproxy_is_refused() -> None:
     data = example_dict()
     del data["steps"][0]["mirror"]
     (problem,) = problems_of(data)
-    assert problem.field == "steps[0].mirror"
+    assert problem.field == "steps[1].mirror"
     assert "HAProxy cannot mirror" in problem.message
+
+
+def test_plan_problems_count_steps_from_1_as_every_view_does() -> None:
+    """The second step (``steps[1]`` to Python) is ``steps[2]`` in a problem, as it is
+    ``step 2 of 6`` in status, history and the web view."""
+    data = example_dict()
+    data["steps"][1]["bake"] = "forever"
+    (problem,) = problems_of(data)
+    assert problem.field == "steps[2].bake"
+
+
+def test_an_unknown_key_names_the_nearest_known_one() -> None:
+    """A misspelt key is reported with the key of that section it is nearest to."""
+    data = example_dict()
+    data["steps"][1]["bkae"] = data["steps"][1].pop("bake")
+    data["router"]["sockte"] = "/run/haproxy.sock"
+    problems = problems_of(data)
+    found = {p.field: p.message for p in problems}
+    assert found["steps[2].bkae"] == "unknown key (did you mean bake?)"
+    assert found["router.sockte"].startswith("unknown key (did you mean socket")
+
+
+def test_an_unknown_key_like_no_known_one_suggests_nothing() -> None:
+    """A key far from every key of its section is only 'unknown key'."""
+    data = example_dict()
+    data["zzzqqq"] = 1
+    (problem,) = problems_of(data)
+    assert (problem.field, problem.message) == ("zzzqqq", "unknown key")
 
 
 def test_a_pause_after_shadow_keeps_weight_zero_and_keeps_mirroring() -> None:
@@ -242,7 +270,12 @@ def _bad(
     """A case of the table below: ``value`` written at ``field`` is one problem reported at
     ``reported_at`` (the same field unless given) whose message holds ``expected``."""
     path = [int(key) if key.isdigit() else key for key in re.findall(r"[^.\[\]]+", field)]
-    return pytest.param(_set(*path, value=value), reported_at or field, expected, id=id)
+    return pytest.param(_set(*path, value=value), _shown(reported_at or field), expected, id=id)
+
+
+def _shown(field: str) -> str:
+    """``field`` (Python's indexes) as a problem names it: steps counted from 1."""
+    return re.sub(r"steps\[(\d+)\]", lambda m: f"steps[{int(m.group(1)) + 1}]", field)
 
 
 def _misplaced(
@@ -250,7 +283,7 @@ def _misplaced(
 ) -> ParameterSet:
     """A case of the table below: ``step`` inserted at ``index`` is one problem reported at
     ``reported_at`` (the inserted step's kind unless given) whose message holds ``expected``."""
-    field = reported_at or f"steps[{index}].kind"
+    field = _shown(reported_at or f"steps[{index}].kind")
     return pytest.param(lambda data: data["steps"].insert(index, step), field, expected, id=id)
 
 
@@ -433,7 +466,7 @@ def test_several_field_problems_in_one_file_are_all_reported() -> None:
     assert sorted(fields(problems_of(data))) == [
         "gates.queue_timeouts.max",
         "router.sockte",
-        "steps[1].weight",
+        "steps[2].weight",
     ]
 
 
@@ -445,8 +478,8 @@ def test_several_cross_field_problems_in_one_file_are_all_reported() -> None:
     data["steps"].insert(4, {"kind": "steady"})
     assert sorted(fields(problems_of(data))) == [
         "rollback.triggers[4]",
-        "steps[2].gates[5]",
-        "steps[4].kind",
+        "steps[3].gates[5]",
+        "steps[5].kind",
     ]
 
 
@@ -506,10 +539,10 @@ def test_a_key_yaml_reads_as_a_number_is_not_shown_as_a_list_index() -> None:
 
 
 def test_a_duration_too_long_for_a_timedelta_is_bad_input() -> None:
-    """``bake: 1000000000d`` is reported on steps[1].bake instead of crashing."""
+    """``bake: 1000000000d`` is reported on steps[2].bake instead of crashing."""
     data = example_dict()
     data["steps"][1]["bake"] = "1000000000d"
-    assert fields(problems_of(data)) == ["steps[1].bake"]
+    assert fields(problems_of(data)) == ["steps[2].bake"]
 
 
 # --- bad files ------------------------------------------------------------------------------
@@ -577,7 +610,7 @@ def test_problems_from_a_file_name_that_file(tmp_path: Path) -> None:
     data["steps"][1]["weight"] = 150
     path = tmp_path / "mine.yaml"
     path.write_text(to_yaml(data), encoding="utf-8")
-    assert [(p.source, p.field) for p in load_problems(path)] == [(str(path), "steps[1].weight")]
+    assert [(p.source, p.field) for p in load_problems(path)] == [(str(path), "steps[2].weight")]
 
 
 def test_bad_input_renders_one_line_per_problem() -> None:
@@ -589,7 +622,7 @@ def test_bad_input_renders_one_line_per_problem() -> None:
         parse_plan(to_yaml(data), "p.yaml")
     lines = str(info.value).splitlines()
     assert len(lines) == 2
-    assert "p.yaml: router.sockte: unknown key" in lines
+    assert "p.yaml: router.sockte: unknown key (did you mean socket?)" in lines
 
 
 # --- no traceback for any mutation ----------------------------------------------------------
@@ -693,7 +726,7 @@ def test_a_gate_comparing_with_stable_is_refused_on_a_100_percent_step() -> None
     data["gates"]["not_worse"] = {"kind": "compare", "signal": "escalations"}
     data["steps"][3]["gates"] = ["not_worse"]
     (problem,) = problems_of(data)
-    assert problem.field == "steps[3].gates[0]"
+    assert problem.field == "steps[4].gates[0]"
     assert "'not_worse' cannot apply here" in problem.message
     assert "stable serves no live requests at 100%" in problem.message
 
@@ -704,7 +737,7 @@ def test_live_canary_gates_are_refused_on_a_shadow_step_without_mirroring() -> N
     data = small_dict()
     data["steps"][0] = {"kind": "shadow", "mirror": False, "gates": ["healthy", "crash"]}
     (problem,) = problems_of(data)
-    assert problem.field == "steps[0].gates[0]"
+    assert problem.field == "steps[1].gates[0]"
     assert "the canary serves no live requests at 0% without mirroring" in problem.message
     data["steps"][0]["mirror"] = True
     assert plan_of(data).steps[0].gates == ["healthy", "crash"]
@@ -721,7 +754,7 @@ def test_a_stable_threshold_is_refused_at_100_percent() -> None:
     }
     data["steps"][4]["gates"] = ["healthy", "stable_ok"]
     (problem,) = problems_of(data)
-    assert problem.field == "steps[4].gates[1]"
+    assert problem.field == "steps[5].gates[1]"
 
 
 # --- a Prometheus plan's signals, checked against its template file -------------------------
@@ -823,7 +856,7 @@ def test_an_events_gate_cannot_be_asked_for_samples() -> None:
     data["steps"][2]["gates"].append("crash")
     data["steps"][2]["min_samples"] = {"crash": 10}
     (problem,) = problems_of(data)
-    assert problem.field == "steps[2].min_samples.crash"
+    assert problem.field == "steps[3].min_samples.crash"
     assert "counts events, not samples" in problem.message
 
 

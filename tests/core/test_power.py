@@ -146,9 +146,9 @@ def test_steps_too_short_for_the_regression_are_named_with_the_bake_they_need() 
     assert field == "gates.escalations_not_rising.detect"
     assert message.startswith(
         "at 5% then 25% of 12 sessions/min its steps give this gate 4h to see escalations "
-        "5% -> 6%: a 19% chance at its final look, under the 80% asked; steps[2].bake needs ~"
+        "5% -> 6%: a 19% chance at its final look, under the 80% asked; steps[3].bake needs ~"
     )
-    needed = message.split("steps[2].bake needs ~")[1].split(" ")[0]
+    needed = message.split("steps[3].bake needs ~")[1].split(" ")[0]
     assert needed == "1d1h"  # 1,498 minutes, rounded up to the hour past a day
     assert message.endswith("(it is 2h)")
     assert "independent requests" not in message  # escalations come once per session
@@ -158,7 +158,7 @@ def test_a_regression_out_of_reach_says_what_would_help() -> None:
     """0.1 sessions/min cannot see 5% -> 6% within 60 days at 25%: raise the weight, or
     detect a larger regression."""
     ((_, message),) = _warnings(_with_traffic(0.1))
-    assert "even a 60d bake at steps[2] would not reach it" in message
+    assert "even a 60d bake at steps[3] would not reach it" in message
     assert message.endswith("raise the weight, or detect a larger regression")
 
 
@@ -178,7 +178,7 @@ def test_a_request_level_gate_says_it_assumed_independent_requests() -> None:
     data["gates"]["schema_rising"]["detect"]["dispersion"] = 3.0
     assert "set detect.dispersion" not in dict(_warnings(data))["gates.schema_rising.detect"]
     # One step (5%) carries it: its bake is the one named.
-    assert "at 5% of 12 sessions/min" in message and "steps[1].bake needs ~" in message
+    assert "at 5% of 12 sessions/min" in message and "steps[2].bake needs ~" in message
 
 
 @pytest.mark.parametrize(
