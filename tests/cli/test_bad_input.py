@@ -466,8 +466,7 @@ def test_a_read_command_without_a_database_creates_no_file(
     )
     assert done.returncode != 0
     assert (
-        "no rolloutd database at sqlite:///rolloutd.db (set ROLLOUTD_DATABASE_URL)"
-        in done.stderr
+        "no rolloutd database at sqlite:///rolloutd.db (set ROLLOUTD_DATABASE_URL)" in done.stderr
     )
     assert "Traceback" not in done.stderr
     assert list(tmp_path.iterdir()) == []
