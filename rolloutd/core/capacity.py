@@ -59,7 +59,7 @@ class ModelShape:
             value = getattr(self, field.name)
             if not 1 <= value <= MAX_COUNT:
                 raise CapacityError(
-                    f"{field.name} must be from 1 to {MAX_COUNT}, got {_shown(value)}"
+                    f"{field.name} must be from 1 to {MAX_COUNT}, got {shown(value)}"
                 )
 
     @classmethod
@@ -71,14 +71,14 @@ class ModelShape:
 
         :raises CapacityError: a key is missing or not an integer from 1 to :data:`MAX_COUNT`.
         """
-        layers = _positive(config, "num_hidden_layers")
+        layers = model_int(config, "num_hidden_layers")
         kv_key = "num_key_value_heads" if "num_key_value_heads" in config else "num_attention_heads"
-        kv_heads = _positive(config, kv_key)
+        kv_heads = model_int(config, kv_key)
         if "head_dim" in config:
-            head_dim = _positive(config, "head_dim")
+            head_dim = model_int(config, "head_dim")
         else:
-            hidden = _positive(config, "hidden_size")
-            heads = _positive(config, "num_attention_heads")
+            hidden = model_int(config, "hidden_size")
+            heads = model_int(config, "num_attention_heads")
             if hidden % heads:
                 raise CapacityError(f"hidden_size {hidden} is not a multiple of {heads} heads")
             head_dim = hidden // heads
@@ -265,15 +265,20 @@ def _instances(deployment: Deployment) -> int:
     return deployment.gpu_count // deployment.tensor_parallel
 
 
-def _positive(config: Mapping[str, Any], key: str) -> int:
+def model_int(config: Mapping[str, Any], key: str) -> int:
+    """A model config.json's positive integer ``key``.
+
+    :raises CapacityError: missing, not an integer, or out of range; the message names it.
+    """
     value = config.get(key)
     if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= MAX_COUNT:
         raise CapacityError(
-            f"model config: {key} must be an integer from 1 to {MAX_COUNT}, got {_shown(value)}"
+            f"model config: {key} must be an integer from 1 to {MAX_COUNT}, got {shown(value)}"
         )
     return value
 
 
-def _shown(value: object) -> str:
+def shown(value: object) -> str:
+    """``value`` as a message quotes it, cut short when long."""
     text = repr(value)
     return text if len(text) <= 40 else f"{text[:30]}... ({len(text)} characters)"

@@ -51,7 +51,9 @@ from rolloutd.core.capacity import (
     Deployment,
     GiB,
     ModelShape,
+    model_int,
     plan,
+    shown,
 )
 
 NON_TORCH_BYTES = GiB // 2
@@ -204,7 +206,7 @@ def parse_server(data: Mapping[str, Any], model_config: Mapping[str, Any]) -> Vl
     if "max-model-len" in values:
         max_model_len = values["max-model-len"]
     else:
-        max_model_len = _model_int(model_config, "max_position_embeddings")
+        max_model_len = model_int(model_config, "max_position_embeddings")
     chunked = values.get("enable-chunked-prefill", False)
     batched = values.get("max-num-batched-tokens", 512 if chunked else max(max_model_len, 2048))
     if not chunked and batched < max_model_len:
@@ -249,7 +251,7 @@ def assess(
     :raises VllmConfigError: the budget cannot hold the weights and the activation peak.
     """
     shape = ModelShape.from_hf_config(model_config)
-    intermediate = _model_int(model_config, "intermediate_size")
+    intermediate = model_int(model_config, "intermediate_size")
     tp = server.tensor_parallel_size
     activation = server.max_num_batched_tokens * 2 * math.ceil(intermediate / tp)
     activation *= ACTIVATION_BYTES
@@ -326,36 +328,22 @@ def _checked(key: str, kind: str | None, value: Any) -> Any:
         return value
     if kind == "bool":
         if not isinstance(value, bool):
-            raise VllmConfigError(key, f"must be true or false, got {_shown(value)}")
+            raise VllmConfigError(key, f"must be true or false, got {shown(value)}")
         return value
     if kind == "int":
         if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= MAX_COUNT:
             raise VllmConfigError(
-                key, f"must be an integer from 1 to {MAX_COUNT}, got {_shown(value)}"
+                key, f"must be an integer from 1 to {MAX_COUNT}, got {shown(value)}"
             )
         return value
     if kind in ("fraction", "number"):
         ok = isinstance(value, int | float) and not isinstance(value, bool)
         if not ok or not math.isfinite(value):
-            raise VllmConfigError(key, f"must be a number, got {_shown(value)}")
+            raise VllmConfigError(key, f"must be a number, got {shown(value)}")
         if kind == "fraction" and not 0 < value <= 1:
             raise VllmConfigError(key, f"must be above 0 and at most 1, got {value:g}")
         return float(value)
     choices = KV_CACHE_DTYPES if kind == "kv" else DTYPES
     if value not in choices:
-        raise VllmConfigError(key, f"must be one of {', '.join(choices)}, got {_shown(value)}")
+        raise VllmConfigError(key, f"must be one of {', '.join(choices)}, got {shown(value)}")
     return value
-
-
-def _model_int(config: Mapping[str, Any], key: str) -> int:
-    value = config.get(key)
-    if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= MAX_COUNT:
-        raise CapacityError(
-            f"model config: {key} must be an integer from 1 to {MAX_COUNT}, got {_shown(value)}"
-        )
-    return value
-
-
-def _shown(value: object) -> str:
-    text = repr(value)
-    return text if len(text) <= 40 else f"{text[:30]}... ({len(text)} characters)"

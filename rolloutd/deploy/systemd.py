@@ -26,16 +26,15 @@ config names the file under the root to load (a GGUF); else the root itself is t
 
 from __future__ import annotations
 
-import contextlib
 import os
 import subprocess
-import tempfile
 import time
 from pathlib import Path
 from typing import Any
 
 import httpx
 
+from rolloutd.atomicfile import replace_file
 from rolloutd.core.plan import Replica
 from rolloutd.core.plan import SystemdExecutor as SystemdSpec
 from rolloutd.deploy.artefacts import PinnedSet
@@ -121,27 +120,11 @@ def read_env_file(text: str) -> dict[str, str]:
 
 def write_atomically(path: Path, text: str) -> None:
     """Replace ``path`` with ``text``: a reader sees the old file or the new, never a part.
+    Owner-only: the manager reads it as root or the user; engine arguments may hold a key.
 
     :raises OSError: the directory cannot be written.
     """
-    descriptor, temporary = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
-    try:
-        with os.fdopen(descriptor, "w", encoding="utf-8") as handle:
-            handle.write(text)
-            handle.flush()
-            os.fsync(handle.fileno())
-        # The manager reads it as root or the user; engine arguments may hold an API key.
-        os.chmod(temporary, 0o600)
-        os.replace(temporary, path)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.unlink(temporary)
-        raise
-    directory = os.open(path.parent, os.O_RDONLY)
-    try:
-        os.fsync(directory)
-    finally:
-        os.close(directory)
+    replace_file(path, text.encode(), mode=0o600)
 
 
 class SystemdDeployer(Poller):

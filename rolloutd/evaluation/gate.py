@@ -42,6 +42,7 @@ from rolloutd.evaluation.statistics import (
     max_drop_test,
     operating_characteristics,
     pair,
+    spending_evidence,
     spent_alpha,
     worse_p_value,
 )
@@ -85,12 +86,7 @@ def judge_suite(
         "suite": canary.suite_path,
         "suite_sha256": canary.suite_sha256,
         "alpha": alpha,
-        "alpha_spending": {
-            "gate_alpha": gate_alpha,
-            "run": run,
-            "looks": looks,
-            "schedule": "gate alpha x 6 / (pi^2 run^2) / looks",
-        },
+        "alpha_spending": spending_evidence(gate_alpha, run, looks),
         "baseline": baseline.headline(),
         "canary": canary.headline(),
     }

@@ -29,7 +29,7 @@ from rolloutd.core.actions import Verdict
 from rolloutd.core.plan import SuiteGate
 from rolloutd.core.stats.paired import MIN_PAIRS, paired_score_test
 from rolloutd.evaluation.references import ReferenceRun
-from rolloutd.evaluation.statistics import spent_alpha
+from rolloutd.evaluation.statistics import spending_evidence, spent_alpha
 from rolloutd.gates.base import Evaluation, Role
 
 
@@ -52,12 +52,7 @@ def judge_reference(
         "suite": canary.suite_path,
         "suite_sha256": canary.suite_sha256,
         "alpha": alpha,
-        "alpha_spending": {
-            "gate_alpha": spec.alpha,
-            "run": run,
-            "looks": looks,
-            "schedule": "gate alpha x 6 / (pi^2 run^2) / looks",
-        },
+        "alpha_spending": spending_evidence(spec.alpha, run, looks),
         "baseline": baseline.headline(),
         "canary": canary.headline(),
     }

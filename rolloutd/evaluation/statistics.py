@@ -251,6 +251,16 @@ def spent_alpha(alpha: float, run: int, looks: int = 1) -> float:
     return alpha * 6.0 / (math.pi**2 * run * run) / looks
 
 
+def spending_evidence(alpha: float, run: int, looks: int = 1) -> dict[str, object]:
+    """How :func:`spent_alpha` split the gate's ``alpha`` for this run, for its evidence."""
+    return {
+        "gate_alpha": alpha,
+        "run": run,
+        "looks": looks,
+        "schedule": "gate alpha x 6 / (pi^2 run^2) / looks",
+    }
+
+
 def _fires(b: int, c: int, n: int, margin: float, z_crit: float) -> bool:
     return b - c > n * margin and _statistic(b, c, n, margin) >= z_crit
 

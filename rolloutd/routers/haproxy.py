@@ -28,8 +28,8 @@ from datetime import timedelta
 from fractions import Fraction
 from pathlib import Path
 
+from rolloutd.atomicfile import replace_file
 from rolloutd.errors import PermanentError, TemporaryError
-from rolloutd.routers.atomic import replace_file
 from rolloutd.routers.base import RouterState, check_weight
 from rolloutd.routers.haproxy_api import TIMEOUT, RuntimeAPI, ServerState
 from rolloutd.routers.haproxy_config import loads_state_file, read_config, sticky_split_problems

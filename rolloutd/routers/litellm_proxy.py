@@ -25,10 +25,10 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
+from rolloutd.atomicfile import replace_file
 from rolloutd.errors import PermanentError, TemporaryError
 from rolloutd.redact import hide_fragments
 from rolloutd.routers import deadline
-from rolloutd.routers.atomic import replace_file
 from rolloutd.routers.base import RouterState, check_weight
 from rolloutd.routers.litellm_split import DEFAULT_HEADER, GroupWeights
 

@@ -28,9 +28,9 @@ from http.client import HTTPConnection, HTTPException, HTTPSConnection
 from pathlib import Path
 from urllib.parse import urlsplit
 
+from rolloutd.atomicfile import replace_file
 from rolloutd.errors import PermanentError, RolloutdError, TemporaryError
 from rolloutd.routers import deadline
-from rolloutd.routers.atomic import replace_file
 from rolloutd.routers.base import RouterState, check_weight
 from rolloutd.routers.nginx_conf import Names, Split, parse, parse_state, render
 from rolloutd.routers.nginx_process import children, running_master

@@ -1,7 +1,8 @@
 """Replacing a file so that no reader ever sees half of it.
 
 Load balancers read the files the drivers write (an NGINX include, HAProxy's server-state
-file) at moments the drivers do not choose: a reload started by someone else, a crash. Write
+file, the LiteLLM plugin's weights), and systemd the environment file a rollback writes, at
+moments the writer does not choose: a reload started by someone else, a restart, a crash. Write
 to a temporary file beside the target, flush it to disk, rename it over the target, and sync
 the directory, so the target is always either the old document or the new one.
 """
