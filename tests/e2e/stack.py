@@ -24,6 +24,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, TypeVar
 
+import structlog
 import yaml
 from pydantic import SecretStr
 
@@ -124,6 +125,12 @@ TRIGGERS = [
 ]
 
 
+def _on_stderr_now(*_args: object) -> structlog.PrintLogger:
+    """A logger on the test's stderr as it is when the line is written (a capture fixture's
+    while the test runs, pytest's after it)."""
+    return structlog.PrintLogger(sys.stderr)
+
+
 def wait_until(predicate: Callable[[], T], timeout: float, what: str, interval: float = 0.1) -> T:
     """Poll ``predicate`` until it returns something truthy; fail naming ``what``."""
     try:
@@ -184,7 +191,10 @@ class Stack(Records):
         self.fleet.set_faults(replica, **faults)
 
     def start_daemon(self) -> Daemon:
-        """The daemon in a thread, with the default drivers (real HAProxy, real Prometheus)."""
+        """The daemon in a thread, with the default drivers (real HAProxy, real Prometheus),
+        logging on stderr as the service does: what a test's ``rolloutctl`` prints on stdout
+        is rolloutctl's alone."""
+        structlog.configure(logger_factory=_on_stderr_now)
         settings = Settings(database_url=SecretStr(self.database_url), lease_ttl_seconds=10)
         self.daemon = Daemon(settings, loop_seconds=0.2, health_port=self.daemon_port)
         self._daemon_thread = threading.Thread(target=self.daemon.run, name="e2e-rolloutd")
@@ -204,6 +214,7 @@ class Stack(Records):
             if self._daemon_thread.is_alive():
                 faulthandler.dump_traceback(file=sys.__stderr__)
                 stuck = True
+            structlog.reset_defaults()
         for service in (self.prometheus, self.haproxy, self.fleet):
             if service is not None:
                 service.stop()
