@@ -17,7 +17,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
-from rolloutd.gates.base import Measurement, MeasurementError, MetricsSource, Pool
+from rolloutd.core.stats.matched import Cell
+from rolloutd.gates.base import Measurement, MeasurementError, MetricsSource, Pool, cells_of
 
 SuiteCounts = tuple[int, int, int | None]
 """(schema violations, tool calls, run id) of the newest suite run for a pool."""
@@ -69,3 +70,12 @@ class SuiteFedSource:
         value = events / samples if signal == RATE_SIGNAL else events
         query = live.query if live is not None else None
         return Measurement(value, samples, query, raw)
+
+    def cells(
+        self, signal: str, pool: Pool, window: timedelta, now: datetime, slice: timedelta
+    ) -> list[Cell]:
+        """The live source's per-replica latency by load (a suite has no load to add).
+
+        :raises MeasurementError: the live source cannot give cells, or its query failed.
+        """
+        return cells_of(self.inner, signal, pool, window, now, slice)

@@ -63,6 +63,22 @@ class LoadCells(Protocol):
         """
 
 
+def cells_of(
+    source: object, signal: str, pool: Pool, window: timedelta, now: datetime, slice: timedelta
+) -> list[Cell]:
+    """``source.cells(...)`` when the source can give cells (a wrapper passes the question
+    on to the source it wraps, which answers it or raises this).
+
+    :raises MeasurementError: the source cannot give cells, or its query failed.
+    """
+    if not isinstance(source, LoadCells):
+        raise MeasurementError(
+            f"match_load needs per-replica latency by load, which this metrics source "
+            f"({type(source).__name__}) cannot give; use the prometheus source"
+        )
+    return source.cells(signal, pool, window, now, slice)
+
+
 @dataclass(frozen=True)
 class Evaluation:
     """One judgement of one gate, with everything needed to check it later."""

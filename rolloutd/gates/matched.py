@@ -25,7 +25,7 @@ from rolloutd.core.counts import counted
 from rolloutd.core.plan import LatencyGate
 from rolloutd.core.stats.matched import DEFAULT_BANDS, Cell, MatchedComparison, compare_matched
 from rolloutd.core.stats.quantiles import compare_latency
-from rolloutd.gates.base import Evaluation, Judging, LoadCells, MeasurementError
+from rolloutd.gates.base import Evaluation, Judging, MeasurementError, cells_of
 
 
 def judge_matched(
@@ -64,11 +64,6 @@ def _compare(spec: LatencyGate, judging: Judging, alpha: float) -> MatchedCompar
     source = judging.source
     match = spec.match_load
     assert match is not None and spec.max_ratio is not None
-    if not isinstance(source, LoadCells):
-        raise MeasurementError(
-            f"match_load needs per-replica latency by load, which this metrics source "
-            f"({type(source).__name__}) cannot give; use the prometheus source"
-        )
     stretches = [
         _cells(source, spec, end - start, end, match.slice) for start, end in judging.earlier
     ]
@@ -90,11 +85,11 @@ def _compare(spec: LatencyGate, judging: Judging, alpha: float) -> MatchedCompar
 
 
 def _cells(
-    source: LoadCells, spec: LatencyGate, window: timedelta, end: Any, slice: timedelta
+    source: object, spec: LatencyGate, window: timedelta, end: Any, slice: timedelta
 ) -> list[Cell]:
     return [
-        *source.cells(spec.signal, "canary", window, end, slice),
-        *source.cells(spec.signal, "stable", window, end, slice),
+        *cells_of(source, spec.signal, "canary", window, end, slice),
+        *cells_of(source, spec.signal, "stable", window, end, slice),
     ]
 
 

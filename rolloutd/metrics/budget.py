@@ -15,7 +15,8 @@ import time
 from contextvars import ContextVar
 from datetime import datetime, timedelta
 
-from rolloutd.gates.base import Measurement, MeasurementError, MetricsSource, Pool
+from rolloutd.core.stats.matched import Cell
+from rolloutd.gates.base import Measurement, MeasurementError, MetricsSource, Pool, cells_of
 
 # The monotonic time by which the query in progress must be answered, while a budget runs.
 _deadline: ContextVar[tuple[float, timedelta] | None] = ContextVar("query_deadline", default=None)
@@ -58,5 +59,20 @@ class Budgeted:
         try:
             time_left(float("inf"))  # checked here too for sources that ask no network
             return self.source.measure(signal, pool, window, now)
+        finally:
+            _deadline.reset(token)
+
+    def cells(
+        self, signal: str, pool: Pool, window: timedelta, now: datetime, slice: timedelta
+    ) -> list[Cell]:
+        """The source's per-replica latency by load, within what is left of the budget.
+
+        :raises MeasurementError: the budget is spent, the source cannot give cells, or its
+            own failure.
+        """
+        token = _deadline.set((self._deadline, self.budget))
+        try:
+            time_left(float("inf"))
+            return cells_of(self.source, signal, pool, window, now, slice)
         finally:
             _deadline.reset(token)

@@ -122,3 +122,43 @@ def test_match_load_without_max_ratio_is_refused_naming_the_gate() -> None:
         assert "gates.ttft" in str(exc) and "set max_ratio" in str(exc)
     else:
         raise AssertionError("a match_load gate without max_ratio was accepted")
+
+
+def test_the_daemons_wrapped_source_passes_the_cells_on() -> None:
+    """The tick asks through the query budget and the suite-fed source: both hand the
+    question of cells to the source they wrap, which judges as it does alone (the wrappers
+    once hid it, and every match_load gate in the daemon was inconclusive)."""
+    from rolloutd.evaluation.source import SuiteFedSource
+    from rolloutd.metrics.budget import Budgeted
+
+    plan = _plan(match_load={"slice": "30s"})
+    alone = _judge(plan, _metrics(1.0))
+    wrapped = Budgeted(SuiteFedSource(_metrics(1.0), {}), timedelta(seconds=30))
+    judging = Judging("ttft", "step", wrapped, NOW, plan, NOW - timedelta(hours=12), 5)
+    through = evaluate_gate(plan.gates["ttft"], judging)
+    assert (through.verdict, through.reason) == (alone.verdict, alone.reason)
+    assert through.verdict is Verdict.PASS
+
+
+def test_a_source_without_cells_behind_the_wrappers_is_named() -> None:
+    """A source that cannot give cells, wrapped as the daemon wraps it: inconclusive, naming
+    the source that cannot, not the wrapper."""
+    from rolloutd.evaluation.source import SuiteFedSource
+    from rolloutd.metrics.budget import Budgeted
+
+    plan = _plan(match_load={"slice": "30s"})
+    wrapped = Budgeted(SuiteFedSource(Pooled(_metrics(1.0)), {}), timedelta(seconds=30))
+    judging = Judging("ttft", "step", wrapped, NOW, plan, NOW - timedelta(hours=12), 5)
+    result = evaluate_gate(plan.gates["ttft"], judging)
+    assert result.verdict is Verdict.INCONCLUSIVE
+    assert "(Pooled) cannot give" in result.reason, result.reason
+
+
+class Pooled:
+    """A source that answers pooled values only (as the file and simulator sources once did)."""
+
+    def __init__(self, inner: MemoryMetrics) -> None:
+        self.inner = inner
+
+    def measure(self, signal: str, pool: Any, window: timedelta, now: datetime) -> Any:
+        return self.inner.measure(signal, pool, window, now)
