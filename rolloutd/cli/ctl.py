@@ -755,10 +755,21 @@ def capacity(
 
 @cli.command()
 @click.option(
+    "--deployment",
+    type=click.Choice(["atlas-70b", "support-70b"]),
+    default="atlas-70b",
+    help="atlas-70b: Triton, 3 stable + 1 canary, tool calls (config/plans/"
+    "atlas-70b-maxseq8192.yaml); support-70b: vLLM, 1 + 1 boxes, TTFT at matched load and "
+    "faithfulness (config/plans/support-70b-awq.yaml).",
+)
+@click.option(
     "--scenario",
-    type=click.Choice(["happy", "latency", "timeouts", "oom", "schema", "escalation"]),
+    type=click.Choice(
+        ["happy", "latency", "timeouts", "oom", "schema", "escalation", "unfaithful"]
+    ),
     default="oom",
-    help="Which fault hits the canary at the 25% step (happy: none).",
+    help="Which fault hits the canary at the 25% step (happy: none). timeouts, schema and "
+    "escalation are atlas-70b's; unfaithful is support-70b's.",
 )
 @click.option(
     "--speed",
@@ -768,40 +779,49 @@ def capacity(
 )
 @click.option("--seed", type=int, default=0, help="Seed of the fleet.")
 @OUTPUT
-def demo(scenario: str, speed: float, seed: int, output: str) -> None:
+def demo(deployment: str, scenario: str, speed: float, seed: int, output: str) -> None:
     """Run a real rollout against a simulated fleet: breach, rollback, summary.
 
     Uses SQLite in a new temp dir, kept afterwards with the plan and the rollout's report
     (an HTML page: timeline, router weight, a chart per gate), and starts everything
-    in-process: four simulated Triton
-    replicas (3 stable on max_seq_len 32,768, 1 canary on 8,192), a session-hash splitter
-    fed by the file router, agent traffic, and the real daemon on a scaled clock. Exit 0
-    when the rollout ended as the scenario expects.
+    in-process: the deployment's simulated replicas (atlas-70b: four Triton replicas, 3
+    stable on max_seq_len 32,768 and 1 canary on 8,192; support-70b: two vLLM boxes, one
+    a pool), a session-hash splitter fed by the file router, agent traffic, and the real
+    daemon on a scaled clock. Exit 0 when the rollout ended as the scenario expects.
 
     \b
     Examples:
       rolloutctl demo
       rolloutctl demo --scenario happy
       rolloutctl demo --scenario timeouts --output json
+      rolloutctl demo --deployment support-70b --scenario unfaithful
     """
     import tempfile
     from pathlib import Path
 
     from rolloutd.cli.demo_view import LiveView, print_summary
+    from rolloutd.demo.deployments import DEPLOYMENTS
     from rolloutd.demo.run import run_demo
     from rolloutd.demo.scenarios import SCENARIOS
     from rolloutd.logs import configure_logging
 
+    chosen, target = SCENARIOS[scenario], DEPLOYMENTS[deployment]
+    if deployment not in chosen.deployments:
+        fits = ", ".join(name for name, s in SCENARIOS.items() if deployment in s.deployments)
+        raise BadInput.one(
+            "--scenario", "", f"{scenario!r} is not a scenario of {deployment}: pick one of {fits}"
+        )
     configure_logging("critical")
-    chosen = SCENARIOS[scenario]
     # Kept afterwards: the database, the plan and the rollout's report, to look at.
     workdir = Path(tempfile.mkdtemp(prefix="rolloutd-demo-"))
     if output == "json":
-        result = run_demo(chosen, speed=speed, seed=seed, workdir=workdir)
+        result = run_demo(chosen, speed=speed, seed=seed, deployment=target, workdir=workdir)
         click.echo(json.dumps(result.as_json(), indent=2))
     else:
         with LiveView(chosen) as view:
-            result = run_demo(chosen, speed=speed, seed=seed, observe=view, workdir=workdir)
+            result = run_demo(
+                chosen, speed=speed, seed=seed, deployment=target, observe=view, workdir=workdir
+            )
         print_summary(result)
     sys.exit(0 if result.ok else 1)
 

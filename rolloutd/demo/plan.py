@@ -125,3 +125,95 @@ def demo_plan_yaml(weights: Path, urls: dict[str, str]) -> str:
         latency_target=14.0,
         latency_breach=20.0,
     )
+
+
+_SUPPORT_PLAN = """\
+name: support-70b-awq-demo
+service: support-70b
+environment: staging
+description: Q4_K_M GGUF -> AWQ on one box each, on the simulated fleet (rolloutctl demo)
+
+pools:
+  stable:
+    replicas: [{{name: box-a, url: "{box_a}"}}]
+  canary:
+    replicas: [{{name: box-b, url: "{box_b}"}}]
+
+router: {{driver: file, path: "{weights}"}}
+metrics: {{source: simulator}}
+artefacts: {{stable: {stable_set}, canary: {canary_set}}}
+# config/plans/support-70b-awq.yaml restarts box-b's vLLM unit on the pinned GGUF set (the
+# systemd executor); the demo's engines run in this process, so its rollback moves traffic.
+executor: {{kind: none, reason: "the demo's vLLM boxes are simulated in-process"}}
+
+interval: 200ms
+trigger_interval: 200ms
+limits: {{max_inconclusive: 40, on_inconclusive: pause, progress_deadline: 24h}}
+
+gates:
+  # At 5% box-b carries a twentieth of box-a's load: judged at matched concurrency.
+  ttft_p95:
+    kind: latency
+    signal: ttft
+    target_seconds: {ttft_target}
+    max_ratio: 1.2
+    min_samples: {min_samples}
+    window: {window}
+    match_load: {{slice: {slice}, min_requests: 20}}
+  errors:
+    {{kind: threshold, signal: error_rate, max: 0.01, min_samples: {min_samples},
+     window: {window}}}
+  # The 26-case ground-truth set, scored by token-F1 here (the reference plan asks a judge).
+  faithfulness:
+    kind: suite
+    suite: "{suite}"
+    scorer: token_f1
+    rule: at_least_baseline
+    every: 12h
+  # rollback triggers
+  canary_oom: {{kind: events, signal: oom_events, window: {window}}}
+  errors_breach:
+    {{kind: threshold, signal: error_rate, max: 0.05, min_samples: {min_samples},
+     window: {window}}}
+  ttft_breach:
+    {{kind: threshold, signal: ttft, max: {ttft_breach}, min_samples: {min_samples},
+     window: {window}}}
+  faithfulness_drop:
+    kind: suite
+    suite: "{suite}"
+    scorer: token_f1
+    rule: max_drop
+    max_drop_points: 5.0
+    every: 12h
+
+steps:
+  - {{kind: canary, weight: 5, bake: 48h, gates: [ttft_p95, errors, faithfulness]}}
+  - {{kind: canary, weight: 25, bake: 48h, gates: [ttft_p95, errors, faithfulness]}}
+  - {{kind: pause}}
+  - {{kind: full}}
+  - {{kind: steady, duration: 12h, gates: [ttft_p95, errors]}}
+
+rollback:
+  triggers: [canary_oom, errors_breach, ttft_breach, faithfulness_drop]
+"""
+
+
+def support_plan_yaml(weights: Path, urls: dict[str, str]) -> str:
+    """The support deployment's demo plan (``config/plans/support-70b-awq.yaml`` on the
+    simulated fleet): one box per pool behind the file router at ``weights``."""
+    from rolloutd.metrics.templates import GATES_DIR
+    from rolloutd.sim.fleetdir import SUPPORT_CANARY_SET, SUPPORT_STABLE_SET
+
+    return _SUPPORT_PLAN.format(
+        box_a=urls["box-a"],
+        box_b=urls["box-b"],
+        stable_set=SUPPORT_STABLE_SET,
+        canary_set=SUPPORT_CANARY_SET,
+        weights=weights,
+        suite=GATES_DIR / "suites" / "support-rag-26.jsonl",
+        window="12h",
+        slice="1h",
+        min_samples=10,
+        ttft_target=1.0,
+        ttft_breach=1.5,
+    )

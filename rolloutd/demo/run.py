@@ -23,7 +23,7 @@ from pydantic import SecretStr
 from rolloutd.core.plan import Plan
 from rolloutd.daemon.service import Daemon
 from rolloutd.demo.clock import ScaledClock
-from rolloutd.demo.plan import demo_plan_yaml
+from rolloutd.demo.deployments import DEPLOYMENTS, Deployment
 from rolloutd.demo.scenarios import Scenario
 from rolloutd.demo.splitter import Splitter
 from rolloutd.deploy.base import Executor
@@ -36,7 +36,6 @@ from rolloutd.routers.base import Router
 from rolloutd.routers.filedriver import FileRouter
 from rolloutd.settings import Settings
 from rolloutd.sim.fleet import Fleet
-from rolloutd.sim.fleetdir import ENGINE_CONFIGS
 from rolloutd.sim.gateway import AgentMetrics
 from rolloutd.sim.scoring import parse_arguments, schema_errors
 from rolloutd.sim.traffic import TrafficGenerator
@@ -103,6 +102,7 @@ class DemoResult:
 
     scenario: str
     expected: str
+    deployment: str
     state: str
     weight: int
     wall_seconds: float
@@ -129,9 +129,17 @@ class DemoResult:
 Observer = Callable[[dict[str, Any], str | None], None]
 
 
-def prepare_artefacts(sessions: Sessions, plan: Plan, directory: Path, *, now: datetime) -> None:
-    """Pin the plan's two artefact sets (small stand-in engine directories) and deploy the
-    canary set on the canary replica, as an operator does before ``rolloutctl start``."""
+def prepare_artefacts(
+    sessions: Sessions,
+    plan: Plan,
+    directory: Path,
+    *,
+    now: datetime,
+    deployment: Deployment = DEPLOYMENTS["atlas-70b"],
+) -> None:
+    """Pin the plan's two artefact sets (small stand-in engine directories, with the
+    deployment's engine configurations) and deploy the canary set on the canary replica,
+    as an operator does before ``rolloutctl start``."""
     from rolloutd.deploy.catalog import build_set, pin
     from rolloutd.deploy.executors import build_executor
 
@@ -139,10 +147,11 @@ def prepare_artefacts(sessions: Sessions, plan: Plan, directory: Path, *, now: d
     for name in (plan.artefacts.stable, plan.artefacts.canary):
         root = directory / name
         (root / "tokenizer").mkdir(parents=True, exist_ok=True)
-        (root / "config.json").write_text(json.dumps(ENGINE_CONFIGS[name]))
+        (root / "config.json").write_text(json.dumps(deployment.sets[name]))
         (root / "rank0.engine").write_bytes(name.encode() * 4096)
         (root / "tokenizer" / "tokenizer.json").write_text('{"vocab": 128256}')
-        built[name] = build_set(name, root, "trtllm", ENGINE_CONFIGS[name], created_by="demo")
+        config = deployment.sets[name]
+        built[name] = build_set(name, root, deployment.engine, config, created_by="demo")
     with transaction(sessions) as session:
         for pinned in built.values():
             pin(session, pinned, now=now)
@@ -158,18 +167,20 @@ def run_demo(
     *,
     speed: float,
     seed: int = 0,
-    concurrency: int = 24,
+    deployment: Deployment = DEPLOYMENTS["atlas-70b"],
+    concurrency: int | None = None,
     timeout_s: float = 120.0,
     observe: Observer | None = None,
     workdir: Path | None = None,
 ) -> DemoResult:
-    """Run one scenario to its end (or ``timeout_s``) and report what happened."""
+    """Run one scenario on ``deployment`` to its end (or ``timeout_s``) and report what
+    happened; ``concurrency``: agent sessions at once (default: the deployment's)."""
     started = time.monotonic()
     with tempfile.TemporaryDirectory(prefix="rolloutd-demo-") as tmp:
         root = workdir or Path(tmp)
         url = f"sqlite:///{root / 'rolloutd.db'}"
         upgrade(url)
-        fleet = Fleet.reference(seed=seed, restart_delay_s=600.0).start()
+        fleet = deployment.fleet(seed).start()
         weights = root / "weights.json"
         splitter = Splitter(
             weights,
@@ -181,7 +192,9 @@ def run_demo(
         ).start()
         traffic = TrafficGenerator(
             splitter.url,
-            concurrency=concurrency,
+            concurrency=concurrency or deployment.agents,
+            model=deployment.model,
+            workload=deployment.workload,
             gateway=fleet.gateway,
             time_scale=fleet.time_scale,
             seed=seed,
@@ -197,17 +210,17 @@ def run_demo(
         engine = make_engine(url)
         sessions = session_factory(engine)
         try:
-            plan_path = root / "atlas-70b-demo.yaml"
-            plan_path.write_text(demo_plan_yaml(weights, fleet.urls()))
+            plan_path = root / f"{deployment.name}-demo.yaml"
+            plan_path.write_text(deployment.plan(weights, fleet.urls()))
             loaded = load_plan(plan_path)
-            prepare_artefacts(sessions, loaded.plan, root / "artefacts", now=clock())
+            artefacts = root / "artefacts"
+            prepare_artefacts(sessions, loaded.plan, artefacts, now=clock(), deployment=deployment)
             with transaction(sessions) as session:
                 rollout_id = start_rollout(session, loaded, actor="demo", now=clock())
             thread = threading.Thread(target=daemon.run, name="rolloutd-demo", daemon=True)
             thread.start()
-            result = _drive(
-                sessions, rollout_id, scenario, fleet, clock, started, timeout_s, observe
-            )
+            watched = _Watched(deployment, scenario, fleet, clock)
+            result = _drive(sessions, rollout_id, watched, started, timeout_s, observe)
         finally:
             daemon.stopping.set()
             report = traffic.stop()
@@ -242,17 +255,26 @@ def run_demo(
         return result
 
 
+@dataclass(frozen=True)
+class _Watched:
+    """What the demo watches and acts on: the deployment, its fleet, the scenario, the clock."""
+
+    deployment: Deployment
+    scenario: Scenario
+    fleet: Fleet
+    clock: ScaledClock
+
+
 def _drive(
     sessions: Any,
     rollout_id: int,
-    scenario: Scenario,
-    fleet: Fleet,
-    clock: ScaledClock,
+    watched: _Watched,
     started: float,
     timeout_s: float,
     observe: Observer | None,
 ) -> DemoResult:
     """Watch the rollout, inject the fault when its step comes, promote when asked."""
+    scenario, clock = watched.scenario, watched.clock
     fault_at: str | None = None
     commands: list[str] = []
     promoted = False
@@ -268,8 +290,8 @@ def _drive(
             time.sleep(0.1)
             continue
         note = None
-        if fault_at is None and scenario.inject and view["step"] - 1 >= scenario.at_step:
-            scenario.apply(fleet)
+        if fault_at is None and scenario.inject and (view["weight"] or 0) >= scenario.at_weight:
+            scenario.apply(watched.fleet, watched.deployment.canary)
             fault_at = view["step_name"]
             note = f"fault injected at {fault_at}: {scenario.description}"
         if view["state"] == "awaiting_promotion" and not promoted:
@@ -292,6 +314,7 @@ def _drive(
             return DemoResult(
                 scenario=scenario.name,
                 expected=scenario.expected,
+                deployment=watched.deployment.name,
                 state=view["state"],
                 weight=view["weight"],
                 wall_seconds=time.monotonic() - started,

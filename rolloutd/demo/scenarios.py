@@ -1,4 +1,7 @@
-"""The demo's scenarios: which fault hits the canary, when, and how the rollout must end."""
+"""The demo's scenarios: which fault hits the canary, when, and how the rollout must end.
+
+A fault hits the deployment's canary replica once the rollout's weight reaches 25%. Each
+scenario names the deployments whose plan has a gate that sees its fault."""
 
 from __future__ import annotations
 
@@ -7,35 +10,37 @@ from dataclasses import dataclass
 
 from rolloutd.sim.fleet import Fleet
 
-CANARY = "gpu-d"
+ATLAS = frozenset({"atlas-70b"})
+BOTH = frozenset({"atlas-70b", "support-70b"})
 
 
 @dataclass(frozen=True)
 class Scenario:
-    """A fault injected into the canary once the rollout reaches the step at index
-    ``at_step`` of the plan (0: its first)."""
+    """A fault injected into the canary replica once the rollout's weight reaches
+    ``at_weight``, on the deployments in ``deployments``."""
 
     name: str
     description: str
     expected: str
-    inject: Callable[[Fleet], None] | None = None
-    at_step: int = 2
+    inject: Callable[[Fleet, str], None] | None = None
+    deployments: frozenset[str] = BOTH
+    at_weight: int = 25
 
-    def apply(self, fleet: Fleet) -> None:
-        """Inject this scenario's fault (nothing for the happy path)."""
+    def apply(self, fleet: Fleet, canary: str) -> None:
+        """Inject this scenario's fault into replica ``canary`` (nothing for the happy path)."""
         if self.inject is not None:
-            self.inject(fleet)
+            self.inject(fleet, canary)
 
 
-def _faults(**changes: float) -> Callable[[Fleet], None]:
-    def inject(fleet: Fleet) -> None:
-        fleet.replica(CANARY).set_faults(**changes)
+def _faults(**changes: float) -> Callable[[Fleet, str], None]:
+    def inject(fleet: Fleet, canary: str) -> None:
+        fleet.replica(canary).set_faults(**changes)
 
     return inject
 
 
-def _oom(fleet: Fleet) -> None:
-    fleet.replica(CANARY).inject_oom("CUDA out of memory (injected by the demo)")
+def _oom(fleet: Fleet, canary: str) -> None:
+    fleet.replica(canary).inject_oom("CUDA out of memory (injected by the demo)")
 
 
 SCENARIOS: dict[str, Scenario] = {
@@ -53,6 +58,7 @@ SCENARIOS: dict[str, Scenario] = {
             "8% of the canary's requests time out in the queue at 25%",
             "rolled_back",
             _faults(timeout_rate=0.08),
+            ATLAS,
         ),
         Scenario("oom", "the canary replica runs out of GPU memory at 25%", "rolled_back", _oom),
         Scenario(
@@ -60,12 +66,21 @@ SCENARIOS: dict[str, Scenario] = {
             "3% of the canary's tool calls violate the tool schema at 25%",
             "rolled_back",
             _faults(schema_violation_rate=0.03),
+            ATLAS,
         ),
         Scenario(
             "escalation",
             "sessions on the canary escalate to a human far more often at 25%",
             "rolled_back",
             _faults(escalation_rate=0.5),
+            ATLAS,
+        ),
+        Scenario(
+            "unfaithful",
+            "half of the canary's answers leave the retrieved context at 25%",
+            "rolled_back",
+            _faults(unfaithful_rate=0.5),
+            frozenset({"support-70b"}),
         ),
     )
 }

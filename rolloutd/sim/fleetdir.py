@@ -42,6 +42,19 @@ ENGINE_CONFIGS: dict[str, dict[str, Any]] = {
 """The engine parameters each set is pinned with: what the simulated Triton reports back
 from its loaded config, so a deploy verifies."""
 
+SUPPORT_STABLE_SET = "llama-3.1-70b-q4km-gguf"
+SUPPORT_CANARY_SET = "llama-3.1-70b-awq"
+SUPPORT_ENGINE_ARGS: dict[str, dict[str, Any]] = {
+    SUPPORT_STABLE_SET: {"max-model-len": 8192, "kv-cache-dtype": "fp8", "max-num-seqs": 8},
+    SUPPORT_CANARY_SET: {
+        "max-model-len": 8192,
+        "kv-cache-dtype": "fp8",
+        "max-num-seqs": 8,
+        "quantization": "awq_marlin",
+    },
+}
+"""The second reference deployment's sets (vLLM, ``config/plans/support-70b-awq.yaml``)."""
+
 
 class FleetDirError(ValueError):
     """A plan does not fit the simulated fleet; the message names the plan and the field."""

@@ -23,6 +23,12 @@ the wall time it was taken at (the engines turn wall time into simulated time by
 second per replica of the pool, and ``load_inflight_per_replica`` the time its requests
 spent in the engines (queued or served) per simulated second per replica: the mean number
 in flight, by Little's law.
+
+Per-replica latency by load (``cells``, for a latency gate with ``match_load``): the window
+cut into slices, and for each replica and slice the signal's histogram over vLLM's bucket
+edges and the replica's mean requests in flight then (Little's law again, at least 1: a
+request sees itself). A slice without a snapshot at each end holds no records of its own
+and gives no cell: the caller's ticks must be at least as frequent as its slices.
 """
 
 from __future__ import annotations
@@ -36,11 +42,13 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
+from rolloutd.core.stats.matched import Cell
 from rolloutd.gates.base import Measurement, MeasurementError, Pool
 from rolloutd.gates.load import LOAD_INFLIGHT, LOAD_REQUESTS
 from rolloutd.sim.engine import Replica
 from rolloutd.sim.gateway import AgentMetrics
 from rolloutd.sim.ledger import RequestLedger, RequestRecord
+from rolloutd.sim.loadcells import TTFT_EDGES
 
 _QUANTILE = re.compile(
     r"^(e2e_latency|ttft|queue_time|sequence_tokens|prompt_tokens)(?:_p(\d{1,2}(?:\.\d+)?))?$"
@@ -143,6 +151,43 @@ class SimulatorMetrics:
         if not values:
             raise nothing
         return Measurement(_quantile(values, q / 100.0), len(values), query)
+
+    def cells(
+        self, signal: str, pool: Pool, window: timedelta, now: datetime, slice: timedelta
+    ) -> list[Cell]:
+        """Per replica of ``pool`` and ``slice`` of ``window`` ending at ``now``: the
+        histogram of ``signal`` (a latency) and the mean requests in flight.
+
+        :raises MeasurementError: ``signal`` is not a latency, or ``slice`` is not positive.
+        """
+        query = f"sim:{signal}{{pool={pool!r}}}[{_span(window)}] by replica, {_span(slice)}"
+        match = _QUANTILE.match(signal)
+        if match is None or match.group(1) not in _DEFAULT_Q:
+            raise MeasurementError(f"the simulator has no latency {signal!r} by load", query=query)
+        if slice <= timedelta(0):
+            raise MeasurementError("a slice must be longer than 0s", query=query)
+        value = _VALUE[match.group(1)]
+        replicas = [r for r in self.replicas if r.pool == pool]
+        self._at(now)
+        cells = []
+        start = now - window
+        while start < now:
+            end = min(start + slice, now)
+            seen = self._between(start, end)
+            start = end
+            if seen.wall_seconds <= 0:
+                continue
+            for replica in replicas:
+                records = [
+                    r for r in seen.records if r.replica == replica.name and r.outcome == "ok"
+                ]
+                if not records:
+                    continue
+                simulated = seen.wall_seconds / replica.time_scale
+                inflight = sum(max(r.e2e_s, r.queue_s) for r in records) / simulated
+                buckets = _cumulative([value(r) for r in records])
+                cells.append(Cell(pool, max(1.0, inflight), buckets, replica.name))
+        return cells
 
     def _load(
         self,
@@ -255,6 +300,13 @@ def _counts(base: str, record: RequestRecord) -> bool:
     if base in ("sequence_tokens", "prompt_tokens"):
         return record.prompt_tokens > 0
     return record.outcome == "ok"
+
+
+def _cumulative(values: list[float]) -> tuple[tuple[float, float], ...]:
+    """``values`` as a cumulative histogram over vLLM's TTFT bucket edges, +Inf last."""
+    ordered = sorted(values)
+    edges = (*TTFT_EDGES, math.inf)
+    return tuple((edge, float(bisect.bisect_right(ordered, edge))) for edge in edges)
 
 
 def _quantile(values: list[float], q: float) -> float:

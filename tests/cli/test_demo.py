@@ -5,21 +5,30 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
+import sqlalchemy
 
+from rolloutd.demo.deployments import DEPLOYMENTS
 from rolloutd.demo.run import run_demo
 from rolloutd.demo.scenarios import SCENARIOS
 
 pytestmark = pytest.mark.slow
 
+# What rolls each fault back on the support deployment (its plan's triggers).
+SUPPORT_CAUSES = {"latency": "ttft_breach", "oom": "canary_oom", "unfaithful": "faithfulness_drop"}
+PAIRS = [(d, s) for d in DEPLOYMENTS for s in sorted(SCENARIOS) if d in SCENARIOS[s].deployments]
 
-@pytest.mark.parametrize("name", sorted(SCENARIOS))
-def test_each_scenario_ends_as_expected(name: str) -> None:
-    """happy completes at 100%; every fault ends rolled_back with the canary at 0%; no
-    session is lost before it reaches a pool."""
+
+@pytest.mark.parametrize(("deployment", "name"), PAIRS)
+def test_each_scenario_ends_as_expected(deployment: str, name: str) -> None:
+    """On each deployment, happy completes at 100%; every fault ends rolled_back with the
+    canary at 0%; no session is lost before it reaches a pool."""
     scenario = SCENARIOS[name]
-    result = run_demo(scenario, speed=14400.0, seed=0, timeout_s=150.0)
+    result = run_demo(
+        scenario, speed=14400.0, seed=0, deployment=DEPLOYMENTS[deployment], timeout_s=150.0
+    )
     assert result.state == scenario.expected, result.as_json()
     assert result.weight == (100 if scenario.expected == "completed" else 0)
     assert result.wall_seconds < 90
@@ -30,9 +39,11 @@ def test_each_scenario_ends_as_expected(name: str) -> None:
     if scenario.expected == "rolled_back":
         assert "rollback_started" in kinds and kinds[-1] == "rolled_back"
         assert result.rollback_cause
+        if deployment == "support-70b":
+            assert SUPPORT_CAUSES[name] in result.rollback_cause, result.rollback_cause
     else:
         assert "promoted" in kinds and kinds[-1] == "completed"
-    print(f"{name}: {result.state} in {result.wall_seconds:.1f} s")
+    print(f"{deployment} {name}: {result.state} in {result.wall_seconds:.1f} s")
 
 
 def test_the_cli_prints_one_json_summary_and_exits_0() -> None:
@@ -52,4 +63,57 @@ def test_the_cli_prints_one_json_summary_and_exits_0() -> None:
         "rolled_back",
         0,
     )
+    assert "Traceback" not in done.stderr
+
+
+def test_the_support_deployment_judges_ttft_at_matched_load_and_faithfulness(
+    tmp_path: Path,
+) -> None:
+    """support-70b's happy run: at 5% on one box a pool, the TTFT gate passes at the load
+    the canary carried and names the band it never reached; the faithfulness suite runs on
+    both boxes and passes; the rollout completes."""
+    result = run_demo(
+        SCENARIOS["happy"],
+        speed=14400.0,
+        deployment=DEPLOYMENTS["support-70b"],
+        timeout_s=150.0,
+        workdir=tmp_path,
+    )
+    assert result.state == "completed", result.as_json()
+    engine = sqlalchemy.create_engine(f"sqlite:///{tmp_path / 'rolloutd.db'}")
+    with engine.connect() as db:
+        said = db.execute(
+            sqlalchemy.text(
+                "select gate, verdict, reason from gate_evaluations"
+                " where gate in ('ttft_p95', 'faithfulness') and verdict = 'pass'"
+            )
+        ).all()
+    engine.dispose()
+    ttft = [reason for gate, _, reason in said if gate == "ttft_p95"]
+    assert any(r.startswith("no slower than stable at matched load") for r in ttft), ttft
+    assert any("the canary never carried that load" in r for r in ttft), ttft
+    assert any(gate == "faithfulness" for gate, _, _ in said), said
+
+
+def test_a_scenario_of_the_other_deployment_is_refused_naming_the_option() -> None:
+    """--scenario schema on support-70b (no schema gate there): exit 2, the scenarios it has."""
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "rolloutd.cli.ctl",
+            "demo",
+            "--deployment",
+            "support-70b",
+            "--scenario",
+            "schema",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert done.returncode == 2, done
+    assert "--scenario: 'schema' is not a scenario of support-70b" in done.stderr
+    assert "happy, latency, oom, unfaithful" in done.stderr
     assert "Traceback" not in done.stderr

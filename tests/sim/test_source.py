@@ -183,3 +183,31 @@ def test_load_per_replica_is_in_simulated_time_whatever_the_callers_clock(fleet:
 
 
 POOLS = ("canary", "stable")
+
+
+def test_cells_give_each_replica_its_latency_histogram_and_load_per_slice(fleet: Fleet) -> None:
+    """Per replica and slice: the TTFT histogram of its completed requests (cumulative, the
+    count its requests) and its mean requests in flight (at least 1); a slice without a
+    snapshot at each end gives none, and a signal that is not a latency is refused."""
+    metrics = fleet.metrics()
+    metrics.mark(T0)
+    drive(fleet, "gpu-a", sessions=10)
+    metrics.mark(T0 + FIVE_MINUTES)
+    drive(fleet, "gpu-b", sessions=10, seed=1)
+    window = 2 * FIVE_MINUTES
+    end = T0 + window
+
+    cells = metrics.cells("ttft", "stable", window, end, FIVE_MINUTES)
+
+    assert [(c.replica, c.pool) for c in cells] == [("gpu-a", "stable"), ("gpu-b", "stable")]
+    ledger = [r for r in fleet.ledger.between(0, fleet.ledger.position()) if r.outcome == "ok"]
+    for cell in cells:
+        served = [r for r in ledger if r.replica == cell.replica]
+        assert max(n for _, n in cell.buckets) == len(served) > 0
+        below_one = sum(1 for r in served if r.ttft_s <= 1.0)
+        assert dict(cell.buckets)[1.0] == below_one
+        assert cell.load >= 1.0
+    assert metrics.cells("ttft", "canary", window, end, FIVE_MINUTES) == []
+    assert metrics.cells("ttft", "stable", window, T0, FIVE_MINUTES) == []  # before any mark
+    with pytest.raises(MeasurementError, match="no latency 'error_rate' by load"):
+        metrics.cells("error_rate", "stable", window, end, FIVE_MINUTES)
