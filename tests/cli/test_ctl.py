@@ -54,6 +54,32 @@ def test_validate_prints_ok_for_the_example_plan(ctl: Ctl) -> None:
     assert (code, out.strip()) == (0, f"{EXAMPLE}: ok")
 
 
+SUPPORT = EXAMPLE.parent / "support-70b-awq.yaml"
+
+
+def test_the_second_reference_plan_validates_with_its_capacity_warnings(ctl: Ctl) -> None:
+    """support-70b-awq: ok, with the two warnings its server YAML earns (one full 8,192-token
+    sequence in the KV pool at 0.92 on one L40S), and the gates the deployment needs: TTFT
+    p95 at matched load, faithfulness judged on the reference suite, the systemd rollback."""
+    from rolloutd.core.plan import LatencyGate, SuiteGate, SystemdExecutor
+    from rolloutd.planfile import load_plan
+
+    code, out, err = ctl("plan", "validate", str(SUPPORT))
+    assert (code, out.strip().splitlines()[-1]) == (0, f"{SUPPORT}: ok"), err
+    warnings = out + err
+    assert "only 1 of max-model-len 8,192 fit the KV pool" in warnings
+    assert "need 4 sequences at once" in warnings
+    plan = load_plan(SUPPORT).plan
+    ttft = plan.gates["ttft_p95"]
+    assert isinstance(ttft, LatencyGate) and ttft.match_load is not None
+    assert ttft.target_seconds == 1.0
+    faithfulness = plan.gates["faithfulness"]
+    assert isinstance(faithfulness, SuiteGate) and faithfulness.scorer == "judge"
+    assert faithfulness.judge is not None and faithfulness.judge.api_key_env
+    assert isinstance(plan.executor, SystemdExecutor)
+    assert (len(plan.pools.stable.replicas), len(plan.pools.canary.replicas)) == (1, 1)
+
+
 def test_validate_prints_one_line_per_problem_and_exits_2(ctl: Ctl, tmp_path: Path) -> None:
     """Each problem of a bad plan is one line naming file and field; the exit code is 2."""
     bad = tmp_path / "bad.yaml"
