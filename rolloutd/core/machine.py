@@ -35,7 +35,7 @@ here and stored with the decision; the shell brings the router to it (read, set,
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 
@@ -85,13 +85,13 @@ def state_of(plan: Plan, progress: Progress) -> State:
     return derive_state(progress, awaiting_promotion=step.awaits_promotion())
 
 
-def rollback_kind(plan: Plan, facts: RollbackFacts) -> RollbackKind:
+def rollback_kind(triggers: Collection[str], facts: RollbackFacts) -> RollbackKind:
     """What started the rollback: stored since rollbacks were classified, before that read
-    from the cause the machine wrote."""
+    from the cause the machine wrote (``triggers``: the plan's rollback triggers)."""
     if facts.kind is not None:
         return facts.kind
     if facts.gate is not None:
-        return "trigger" if facts.gate in plan.rollback.triggers else "gate"
+        return "trigger" if facts.gate in triggers else "gate"
     if facts.cause.startswith("aborted by "):
         return "abort"
     if "inconclusive evaluations in a row" in facts.cause:

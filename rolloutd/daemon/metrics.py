@@ -26,10 +26,9 @@ from prometheus_client.exposition import CONTENT_TYPE_LATEST, generate_latest
 from prometheus_client.registry import Collector
 
 from rolloutd.core.actions import Verdict
-from rolloutd.core.machine import rollback_kind, state_of
+from rolloutd.core.machine import rollback_kind
 from rolloutd.core.progress import Progress, RollbackKind, State, rollback_outcome
 from rolloutd.errors import RolloutdError
-from rolloutd.operations import plan_of
 from rolloutd.reconcile import NotLeading
 from rolloutd.store import exposition, queries
 from rolloutd.store.db import transaction
@@ -224,20 +223,22 @@ class _StoreCollector(Collector):
             labels=["rollout", "kind"],
         )
         rollouts = _visible(session, now)
-        plans = {rollout.id: plan_of(rollout) for rollout in rollouts}
+        # The outline stored with each rollout, not its plan: a scrape of 10,000 rollouts
+        # must not build 10,000 plan models.
+        outlines = {rollout.id: outline_of(rollout) for rollout in rollouts}
         newest = queries.latest_of_rollouts(
-            session, {rollout_id: plan.gates for rollout_id, plan in plans.items()}
+            session, {rollout_id: outline.gates for rollout_id, outline in outlines.items()}
         )
         for rollout in rollouts:
-            plan = plans[rollout.id]
+            outline = outlines[rollout.id]
             progress = Progress.from_storage(rollout.progress)
             labels = [str(rollout.id), rollout.name, rollout.service, rollout.environment]
-            current = state_of(plan, progress)
+            current = outline.state(progress)
             ended = rollback_outcome(progress) or ""
             for candidate in State:
                 state.add_metric([*labels, candidate.value, ended], float(candidate is current))
-            step.add_metric(labels, float(min(progress.step_index, len(plan.steps) - 1)))
-            weight.add_metric(labels, float(outline_of(rollout).weight(progress)))
+            step.add_metric(labels, float(outline.step(progress)[0]))
+            weight.add_metric(labels, float(outline.weight(progress)))
             for gate, row in sorted(newest[rollout.id].items()):
                 gate_labels = [str(rollout.id), gate, row.role]
                 if row.value is not None:
@@ -287,7 +288,7 @@ def _causes(session: Session, rollouts: list[Rollout]) -> Iterator[Metric]:
     for rollout in rollouts:
         rollout_labels = [str(rollout.id), rollout.service, rollout.environment]
         facts = Progress.from_storage(rollout.progress).rollback
-        started = None if facts is None else rollback_kind(plan_of(rollout), facts)
+        started = None if facts is None else rollback_kind(outline_of(rollout).triggers, facts)
         for cause in ROLLBACK_CAUSES:
             rollbacks.add_metric([*rollout_labels, cause], float(cause == started))
         counts = counted[rollout.id]

@@ -1205,7 +1205,7 @@ def test_every_rollback_records_what_started_it(kind: str) -> None:
     assert rollback is not None and rollback.kind == kind
     (started,) = events_of(world, "rollback_started")
     assert started.data["cause"] == kind
-    assert rollback_kind(world.plan, rollback) == kind
+    assert rollback_kind(world.plan.rollback.triggers, rollback) == kind
 
 
 @pytest.mark.parametrize(
@@ -1231,7 +1231,7 @@ def test_a_rollback_stored_before_it_was_classified_is_classified_by_its_cause(
     del stored["rollback"]["kind"]
     loaded = Progress.from_storage(stored).rollback
     assert loaded == facts and loaded.kind is None
-    assert rollback_kind(example_plan(), loaded) == kind
+    assert rollback_kind(example_plan().rollback.triggers, loaded) == kind
 
 
 def test_progress_stored_before_missing_data_was_per_gate_loads() -> None:

@@ -58,3 +58,37 @@ def test_a_scrape_reads_the_newest_verdicts_in_statements_that_do_not_grow_with_
     for rollout_id in copies:
         assert after[str(rollout_id)] == own
     assert str(bare) not in after
+
+
+def test_a_scrape_builds_no_plan_model(store: StoreHandle, monkeypatch: Any) -> None:
+    """A scrape reads each rollout's stored outline, never its plan: with more rollouts of
+    distinct plans than the plan cache holds, building plans made one scrape of 10,000 cost
+    minutes of CPU. The state, step, weight and rollback-cause series stay as they were."""
+    import rolloutd.operations
+
+    h = Harness(store)
+    h.tick()
+    h.tick(seconds=30)
+    copy_rollout(h.store.engine, h.rollout_id, 3, with_evaluations=True)
+    before = DaemonMetrics(h.store.sessions, instance="a", wall=h.clock, leading=lambda: 1)
+    expected, _ = before.exposition()
+
+    def refuse(*_args: Any, **_kwargs: Any) -> Any:
+        raise AssertionError("a scrape built a plan model")
+
+    monkeypatch.setattr(rolloutd.operations, "_plans", {})
+    monkeypatch.setattr(rolloutd.operations, "parse_plan", refuse)
+    monkeypatch.setattr(rolloutd.operations.Plan, "model_validate", refuse)
+    metrics = DaemonMetrics(h.store.sessions, instance="a", wall=h.clock, leading=lambda: 1)
+    body, _ = metrics.exposition()
+    assert b"rolloutd_store_up 1.0" in body
+    rollout_series = [
+        line
+        for line in body.decode().splitlines()
+        if line.startswith(("rolloutd_rollout_", "rolloutd_rollbacks", "rolloutd_gate_"))
+    ]
+    assert rollout_series and rollout_series == [
+        line
+        for line in expected.decode().splitlines()
+        if line.startswith(("rolloutd_rollout_", "rolloutd_rollbacks", "rolloutd_gate_"))
+    ]
