@@ -115,6 +115,22 @@ class ReferenceRun:
             "finished_at": self.finished_at.isoformat(),
         }
 
+    def as_json(self) -> dict[str, Any]:
+        """The headline and each case's score, or why it has none, with the answer."""
+        return {
+            **self.headline(),
+            "results": [
+                {
+                    "case": case.case_id,
+                    "score": None if case.score is None else round(case.score, 6),
+                    "error": case.error,
+                    "judge_error": case.judge_error,
+                    "answer": case.answer,
+                }
+                for case in self.cases
+            ],
+        }
+
 
 def reference_request(case: SuiteCase, model: str | None, options: RunnerOptions) -> dict[str, Any]:
     """The chat-completions request for one reference case: context first, no tools.
