@@ -89,6 +89,10 @@ class RunnerOptions:
     headers: Mapping[str, str] | None = None
     max_answer_bytes: int = MAX_ANSWER_BYTES
 
+    def recorded(self, model: str | None) -> dict[str, Any]:
+        """What a stored run keeps of how it was asked (its ``extra``)."""
+        return {"model": model, "seed": self.seed, "concurrency": self.concurrency}
+
     def __post_init__(self) -> None:
         if self.concurrency < 1:
             raise ValueError(f"concurrency must be at least 1, got {self.concurrency}")

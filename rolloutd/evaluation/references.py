@@ -192,16 +192,8 @@ async def answer_suite(
         return await _answer(session, target, case, model, options, permit)
 
     cases, model = await ask_each(suite, endpoint, ask, options, permit, kept, keep, progress)
-    return ReferenceRun(
-        suite.path,
-        suite.sha256,
-        public_endpoint(endpoint),
-        role,
-        tuple(cases),
-        started,
-        clock(),
-        extra={"model": model, "seed": options.seed, "concurrency": options.concurrency},
-    )
+    where = (suite.path, suite.sha256, public_endpoint(endpoint), role)
+    return ReferenceRun(*where, tuple(cases), started, clock(), extra=options.recorded(model))
 
 
 async def _answer(

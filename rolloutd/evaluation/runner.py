@@ -109,16 +109,8 @@ async def run_suite_async(
     cases, model = await ask_each(
         suite, endpoint, ask, options, permit, kept, keep, how.get("progress")
     )
-    return RunSummary(
-        suite.path,
-        suite.sha256,
-        public_endpoint(endpoint),
-        role,
-        tuple(cases),
-        started,
-        clock(),
-        extra={"model": model, "seed": options.seed, "concurrency": options.concurrency},
-    )
+    where = (suite.path, suite.sha256, public_endpoint(endpoint), role)
+    return RunSummary(*where, tuple(cases), started, clock(), extra=options.recorded(model))
 
 
 def request_body(case: SuiteCase, model: str | None, options: RunnerOptions) -> dict[str, Any]:

@@ -6,8 +6,6 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-from collections.abc import Iterator
-from contextlib import contextmanager
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
@@ -21,12 +19,10 @@ from rolloutd.core.plan import Plan, SuiteGate
 from rolloutd.evaluation import records
 from rolloutd.evaluation.references import ReferenceRun
 from rolloutd.evaluation.schedule import judge_stored, run_suite_for_gate
-from rolloutd.sim.engine import Replica
 from rolloutd.store.models import Rollout
 from rolloutd.store.suite_models import JudgeScore
-from tests.evaluation.conftest import SIM, engine, start
+from tests.evaluation.conftest import SIM, engine, fleet
 from tests.evaluation.test_reference_gate import RAG, FaithfulnessJudge
-from tests.plans import example_dict, plan_of
 from tests.store.seed import seed_rollout
 
 if TYPE_CHECKING:
@@ -34,20 +30,6 @@ if TYPE_CHECKING:
 
 NOW = datetime(2026, 1, 5, tzinfo=UTC)
 KEY = "sk-judge-0c41d7e29a"
-
-
-@contextmanager
-def served() -> Iterator[tuple[Plan, Replica, Replica]]:
-    """The example plan with one faithful simulated replica serving each pool."""
-    stable, canary = start("exact", pool="stable"), start("exact", pool="canary")
-    try:
-        data = example_dict()
-        data["pools"]["stable"]["replicas"] = [{"name": "gpu-a", "url": stable.url}]
-        data["pools"]["canary"]["replicas"] = [{"name": "gpu-d", "url": canary.url}]
-        yield plan_of(data), stable, canary
-    finally:
-        stable.stop()
-        canary.stop()
 
 
 def gate(**changes: Any) -> SuiteGate:
@@ -110,7 +92,7 @@ def test_token_f1_passes_a_faithful_canary_and_fails_an_unfaithful_one(store: St
     """Both pools answer, both runs are stored with their scores and read back equal; a
     canary that makes up half its answers fails, judged again from the stored runs."""
     spec = gate(scorer="token_f1")
-    with served() as (plan, _, canary):
+    with fleet() as (plan, _, canary):
         same = new_rollout(store)
         passed = run_gate(store, plan, spec, same)
         canary.set_faults(unfaithful_rate=0.5)
@@ -132,7 +114,7 @@ def test_token_f1_passes_a_faithful_canary_and_fails_an_unfaithful_one(store: St
 
 def test_a_stored_reference_run_reads_back_equal(store: StoreHandle) -> None:
     """Answers, scores, request errors and judge errors survive the database unchanged."""
-    with served() as (plan, _, canary):
+    with fleet() as (plan, _, canary):
         canary.set_faults(unfaithful_rate=0.3)
         rollout_id = new_rollout(store)
         run_gate(store, plan, gate(scorer="token_f1"), rollout_id)
@@ -166,7 +148,7 @@ def test_the_judge_fails_an_unfaithful_canary_and_judges_each_answer_once_across
     it nothing; the key is in no evaluation and no log."""
     monkeypatch.setenv("JUDGE_KEY", KEY)
     server = Judge()
-    with served() as (plan, _, canary), engine(server.handle) as url:
+    with fleet() as (plan, _, canary), engine(server.handle) as url:
         canary.set_faults(unfaithful_rate=0.5)
         spec = judge_gate(url)
         with structlog.testing.capture_logs() as logs:
@@ -192,7 +174,7 @@ def test_a_judge_that_fails_makes_the_gate_inconclusive_never_passed(
     is kept as a score."""
     monkeypatch.setenv("JUDGE_KEY", KEY)
     server = Judge(mode)
-    with served() as (plan, _, _canary), engine(server.handle) as url:
+    with fleet() as (plan, _, _canary), engine(server.handle) as url:
         evaluation = run_gate(store, plan, judge_gate(url, concurrency=16), new_rollout(store))
     assert evaluation.verdict is Verdict.INCONCLUSIVE
     assert "could not be scored (judge errors" in evaluation.reason
@@ -206,7 +188,7 @@ def test_a_judge_key_missing_from_the_environment_is_inconclusive_before_any_req
 ) -> None:
     """The plan names a variable that is unset: the gate says so, and no engine is asked."""
     monkeypatch.delenv("JUDGE_KEY", raising=False)
-    with served() as (plan, stable, _):
+    with fleet() as (plan, stable, _):
         evaluation = run_gate(store, plan, judge_gate("http://127.0.0.1:9"), new_rollout(store))
         assert stable.ledger.position() == 0
     assert evaluation.verdict is Verdict.INCONCLUSIVE
@@ -217,7 +199,7 @@ def test_a_reference_suite_without_a_scorer_is_inconclusive_naming_the_field(
     store: StoreHandle,
 ) -> None:
     """No scorer, no run: the reason names the gate's 'scorer'."""
-    with served() as (plan, _, _):
+    with fleet() as (plan, _, _):
         evaluation = run_gate(store, plan, gate(), new_rollout(store))
     assert evaluation.verdict is Verdict.INCONCLUSIVE
     assert "needs the gate's 'scorer'" in evaluation.reason
