@@ -22,6 +22,7 @@ import click
 
 from rolloutd.cli.common import OUTPUT, FiniteFloatRange, database_url, emit
 from rolloutd.cli.errors import REFUSED
+from rolloutd.cli.references import Storage, print_references
 from rolloutd.errors import BadInput
 
 if TYPE_CHECKING:
@@ -68,6 +69,17 @@ MAX_DROP_POINTS, ALPHA = 1.0, 0.05
     is_flag=True,
     help="Send the expected call in each request (rolloutd_expected); for the simulated fleet.",
 )
+@click.option(
+    "--scorer",
+    type=click.Choice(["exact", "token_f1", "judge"]),
+    default="token_f1",
+    help="How a suite of reference answers is scored (a suite of tool calls ignores it).",
+)
+@click.option("--judge-url", help="Base URL of the judge (OpenAI-compatible), for --scorer judge.")
+@click.option("--judge-model", help="The judge's model name, for --scorer judge.")
+@click.option(
+    "--judge-key-env", help="The environment variable holding the judge's API key, if any."
+)
 @click.option("--no-store", is_flag=True, help="Do not store the runs in the database.")
 @OUTPUT
 def eval_command(
@@ -77,6 +89,10 @@ def eval_command(
     no_store: bool,
     output: str,
     max_request_errors: float,
+    scorer: str,
+    judge_url: str | None,
+    judge_model: str | None,
+    judge_key_env: str | None,
     **runner: Any,
 ) -> None:
     """Run the tool-argument SUITE (JSONL) against an OpenAI-compatible endpoint.
@@ -89,6 +105,11 @@ def eval_command(
     (ROLLOUTD_DATABASE_URL) unless --no-store. An API key, if the endpoint needs one, is
     read from ROLLOUTD_EVAL_API_KEY. A bad suite is refused (exit 2, file:line and field)
     before any request is sent.
+
+    A suite of reference answers (cases with "reference") is answered and scored instead
+    (--scorer: exact, token_f1, or an LLM judge at --judge-url); each case's score and the
+    mean are printed, and with --baseline-endpoint the paired test of the scores (the
+    suite gate's no_regression rule) is the check.
 
     \b
     Exit codes:
@@ -121,11 +142,23 @@ def eval_command(
     # The other options are the runner's, named as ``RunnerOptions`` names them.
     headers = {"Authorization": f"Bearer {api_key}"} if api_key else None
     options = RunnerOptions(**runner, headers=headers)
+    targets = [("canary", endpoint)]
+    if baseline_endpoint:
+        targets.append(("baseline", baseline_endpoint))
+    if loaded.is_reference:
+        from rolloutd.cli.references import eval_references
+
+        judge = {"url": judge_url, "model": judge_model, "api_key_env": judge_key_env}
+        with _storage(not no_store) as store:
+            data = eval_references(
+                loaded, targets, options, scorer, judge, store, max_request_errors
+            )
+        emit(data, output, print_references)
+        if data["failures"]:
+            sys.exit(REFUSED)
+        return
     with _storage(not no_store) as store:
         runs: dict[str, RunSummary] = {}
-        targets = [("canary", endpoint)]
-        if baseline_endpoint:
-            targets.append(("baseline", baseline_endpoint))
         for role, url in targets:
             with _progress(f"{role} {public_endpoint(url)}", len(loaded)) as progress:
                 runs[role] = run_suite(
@@ -143,23 +176,16 @@ def eval_command(
 
 
 @contextmanager
-def _storage(enabled: bool) -> Iterator[Callable[[list[RunSummary]], dict[str, int]]]:
+def _storage(enabled: bool) -> Iterator[Storage]:
     if not enabled:
-        yield lambda runs: {}
+        yield Storage(None)
         return
-    from rolloutd.store.db import check_revision, make_engine, session_factory, transaction
+    from rolloutd.store.db import check_revision, make_engine, session_factory
 
     engine = make_engine(database_url())
     try:
         check_revision(engine)
-
-        def store(runs: list[RunSummary]) -> dict[str, int]:
-            from rolloutd.evaluation.records import store_run
-
-            with transaction(session_factory(engine)) as session:
-                return {run.role: store_run(session, run) for run in runs}
-
-        yield store
+        yield Storage(session_factory(engine))
     finally:
         engine.dispose()
 

@@ -158,7 +158,8 @@ def _instant(option: str, text: str) -> datetime:
 @click.argument("run_id", metavar="RUN", type=ROW_ID)
 @OUTPUT
 def show_command(run_id: int, output: str) -> None:
-    """Show a stored evaluation run: its figures and per-field results.
+    """Show a stored evaluation run: its figures and per-field results, or for a suite of
+    reference answers, each case's score, request error or judge error.
 
     RUN is the number `rolloutctl eval` printed ("stored as run 1"), or a run the daemon
     made for a rollout's suite gate.
@@ -169,13 +170,24 @@ def show_command(run_id: int, output: str) -> None:
       rolloutctl suite show 1 --output json
     """
     from rolloutd.cli.common import database
+    from rolloutd.cli.references import print_reference_run
     from rolloutd.evaluation import records
+    from rolloutd.evaluation.references import ReferenceRun
 
     with database() as session:
         run = records.load_run(session, run_id)
     if run is None:
         raise BadInput.one("RUN", "", f"there is no evaluation run {run_id}")
-    emit({**run.as_json(), "run_id": run_id, "role": run.role}, output, _print_run)
+    data = {**run.as_json(), "run_id": run_id, "role": run.role}
+    if isinstance(run, ReferenceRun):
+        # Answers and scores, not calls and fields.
+        emit(data, output, lambda shown: print_reference_run(shown, _title(shown)))
+        return
+    emit(data, output, _print_run)
+
+
+def _title(run: dict[str, Any]) -> str:
+    return f"run {run['run_id']} ({run['role']})"
 
 
 def _print_run(run: dict[str, Any]) -> None:

@@ -24,8 +24,9 @@ from typing import TYPE_CHECKING, Protocol, TypeVar
 
 from rolloutd.evaluation import records
 from rolloutd.evaluation.compare import CaseResult
+from rolloutd.evaluation.exchange import RunAbandoned
+from rolloutd.evaluation.references import ReferenceResult
 from rolloutd.evaluation.results import RunRole
-from rolloutd.evaluation.runner import Keep, RunAbandoned
 
 if TYPE_CHECKING:
     from rolloutd.store.types import Session
@@ -94,7 +95,9 @@ async def held(work: Awaitable[T], control: RunControl) -> T:
     return task.result()
 
 
-_Waiting = tuple[RunRole, int, CaseResult, "asyncio.Future[None]"]
+Kept = CaseResult | ReferenceResult
+"""A case's result in either kind of suite: a tool call's or a reference answer's."""
+_Waiting = tuple[RunRole, int, Kept, "asyncio.Future[None]"]
 _ROLES: tuple[RunRole, ...] = ("canary", "baseline")
 
 
@@ -115,10 +118,10 @@ class Keeper:
         self._waiting: list[_Waiting] = []
         self._wake = asyncio.Event()
 
-    def keep_for(self, role: RunRole) -> Keep:
-        """The runner's ``keep`` for the run of ``role``."""
+    def keep_for(self, role: RunRole) -> Callable[[int, Kept], Awaitable[None]]:
+        """The runner's ``keep`` for the run of ``role`` (either kind of suite)."""
 
-        async def keep(position: int, result: CaseResult) -> None:
+        async def keep(position: int, result: Kept) -> None:
             stored: asyncio.Future[None] = asyncio.get_running_loop().create_future()
             self._waiting.append((role, position, result, stored))
             self._wake.set()

@@ -35,11 +35,10 @@ import aiohttp
 
 from rolloutd.core.plan import JudgeSpec
 from rolloutd.errors import BadInput
-from rolloutd.evaluation.runner import RETRY_STATUSES, public_endpoint
+from rolloutd.evaluation.exchange import CHAT_PATH, RETRY_STATUSES, public_endpoint
 from rolloutd.evaluation.suite import SuiteCase
 from rolloutd.redact import register_secret, scrub
 
-CHAT_PATH = "/v1/chat/completions"
 MAX_REPLY_BYTES = 256 * 1024
 FORMAT_RULE = (
     'Reply with only a JSON object: {"score": <a number from LOW to HIGH>, "reason": '

@@ -1,5 +1,10 @@
 """Keeping suite runs: store a run whole (run, cases, fields) and read runs back.
 
+A run is of tool calls (:class:`~rolloutd.evaluation.results.RunSummary`) or of reference
+answers (:class:`~rolloutd.evaluation.references.ReferenceRun`, whose rows
+:mod:`rolloutd.evaluation.reference_records` writes and reads); both are kept alike, and a
+stored run comes back as the kind it was.
+
 The daemon stores a canary run and a baseline run each time a suite gate is due, and judges
 the newest pair on every tick in between; ``rolloutctl eval`` stores ad-hoc runs with no
 rollout. Runs are paired only when their suites have the same digest.
@@ -13,10 +18,13 @@ when its last case is in.
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
+from rolloutd.evaluation import reference_records
 from rolloutd.evaluation.compare import CaseResult, FieldResult
+from rolloutd.evaluation.references import ReferenceResult, ReferenceRun
 from rolloutd.evaluation.results import RunRole, RunSummary
 from rolloutd.store import suite_runs
 from rolloutd.store.suite_models import (
@@ -61,10 +69,13 @@ _RUN_FIGURES = (
     "outcomes",
 )
 
+StoredRun = RunSummary | ReferenceRun
+"""A stored run of either kind of suite."""
+
 
 def store_run(
     session: Session,
-    run: RunSummary,
+    run: StoredRun,
     *,
     rollout_id: int | None = None,
     step_index: int | None = None,
@@ -72,16 +83,25 @@ def store_run(
     job_id: int | None = None,
 ) -> int:
     """Store ``run`` with its cases and fields in the session's transaction; returns its id."""
+    figures = (
+        reference_records.run_figures(run)
+        if isinstance(run, ReferenceRun)
+        else _attributes(run, _RUN_FIGURES)
+    )
     row = SuiteRun(
         rollout_id=rollout_id,
         job_id=job_id,
         step_index=step_index,
         gate=gate,
         cases=len(run.cases),
-        **_attributes(run, _RUN_COLUMNS + _RUN_FIGURES),
+        **_attributes(run, _RUN_COLUMNS),
+        **figures,
         **{key: run.extra.get(key) for key in _RUN_EXTRA},
     )
     suite_runs.add_rows(session, [row])
+    if isinstance(run, ReferenceRun):
+        suite_runs.add_rows(session, reference_records.case_rows(row.id, run))
+        return row.id
     case_rows = [_case_row(row.id, position, case) for position, case in enumerate(run.cases)]
     suite_runs.add_rows(session, case_rows)
     suite_runs.add_rows(
@@ -101,7 +121,7 @@ def store_run(
     return row.id
 
 
-def load_run(session: Session, run_id: int) -> RunSummary | None:
+def load_run(session: Session, run_id: int) -> StoredRun | None:
     """The run with its cases and fields, or None when there is no such run."""
     row = suite_runs.run_row(session, run_id)
     return None if row is None else _summary(session, row)
@@ -117,7 +137,7 @@ def latest_run(
     suite_sha256: str | None = None,
     since: datetime | None = None,
     job_id: int | None = None,
-) -> RunSummary | None:
+) -> StoredRun | None:
     """The newest run of the rollout for ``role``, optionally of one gate, one suite (by
     path or by digest), one job, and finished at or after ``since``."""
     row = suite_runs.newest_run_row(
@@ -175,10 +195,11 @@ def keep_cases(
     job_id: int,
     suite_sha256: str,
     role: RunRole,
-    cases: list[tuple[int, CaseResult]],
+    cases: Sequence[tuple[int, CaseResult | ReferenceResult]],
     now: datetime,
 ) -> None:
-    """Keep the results of ``cases`` (position in the suite, result) in the job's run."""
+    """Keep the results of ``cases`` (position in the suite, result: a call's, or a
+    reference answer's) in the job's run."""
     suite_runs.add_rows(
         session,
         (
@@ -188,7 +209,11 @@ def keep_cases(
                 role=role,
                 case_id=case.case_id,
                 position=position,
-                result=case_json(case),
+                result=(
+                    reference_records.answer_json(case)
+                    if isinstance(case, ReferenceResult)
+                    else case_json(case)
+                ),
                 kept_at=now,
             )
             for position, case in cases
@@ -200,8 +225,17 @@ def kept_cases(
     session: Session, *, job_id: int, suite_sha256: str, role: RunRole
 ) -> dict[int, CaseResult]:
     """The results the job's run of the suite has kept for ``role``, by position."""
+    kept = kept_json(session, job_id=job_id, suite_sha256=suite_sha256, role=role)
+    return {position: case_of_json(result) for position, result in kept.items()}
+
+
+def kept_json(
+    session: Session, *, job_id: int, suite_sha256: str, role: RunRole
+) -> dict[int, dict[str, Any]]:
+    """The results the job's run of the suite has kept for ``role``, by position, as kept:
+    :func:`case_of_json` or ``reference_records.answer_of_json`` reads each."""
     rows = suite_runs.kept_case_rows(session, job_id=job_id, suite_sha256=suite_sha256, role=role)
-    return {position: case_of_json(result) for position, result in rows}
+    return dict(rows)
 
 
 def first_kept_at(session: Session, *, job_id: int, suite_sha256: str) -> datetime | None:
@@ -243,8 +277,16 @@ def _case_row(run_id: int, position: int, case: CaseResult) -> SuiteCaseResult:
     )
 
 
-def _summary(session: Session, row: SuiteRun) -> RunSummary:
+def _summary(session: Session, row: SuiteRun) -> StoredRun:
     case_rows = suite_runs.case_rows(session, row.id)
+    if row.scorer is not None:
+        return ReferenceRun(
+            cases=reference_records.results_of(case_rows),
+            scorer=row.scorer,
+            run_id=row.id,
+            extra=_attributes(row, _RUN_EXTRA),
+            **_attributes(row, _RUN_COLUMNS),
+        )
     field_rows = suite_runs.field_rows(session, row.id)
     fields: dict[int, list[FieldResult]] = {}
     for field_row in field_rows:

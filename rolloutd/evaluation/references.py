@@ -14,11 +14,10 @@ answer both builds gave is judged once.
 
 from __future__ import annotations
 
-import asyncio
 import json
 import time
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass, replace
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
 from datetime import datetime
 from typing import Any
 
@@ -27,16 +26,17 @@ import aiohttp
 from rolloutd.clock import utc_now
 from rolloutd.core.plan import JudgeSpec
 from rolloutd.errors import BadInput
-from rolloutd.evaluation.judge import JudgeCache, api_key, judge_answers, judge_key
-from rolloutd.evaluation.results import RunRole
-from rolloutd.evaluation.runner import (
+from rolloutd.evaluation.exchange import (
     Endpoint,
+    Permit,
+    Progress,
     RunnerOptions,
+    ask_each,
     exchange,
     public_endpoint,
-    served_model,
-    session_for,
 )
+from rolloutd.evaluation.judge import JudgeCache, api_key, judge_answers, judge_key
+from rolloutd.evaluation.results import RunRole
 from rolloutd.evaluation.scorers import BUILT_IN
 from rolloutd.evaluation.suite import Suite, SuiteCase
 
@@ -78,6 +78,8 @@ class ReferenceRun:
     started_at: datetime
     finished_at: datetime
     scorer: str | None = None
+    run_id: int | None = None
+    extra: Mapping[str, Any] = field(default_factory=dict)
 
     @property
     def request_errors(self) -> int:
@@ -99,6 +101,7 @@ class ReferenceRun:
         """The run's figures without the cases, as JSON-ready data."""
         mean = self.mean_score
         return {
+            "run_id": self.run_id,
             "role": self.role,
             "endpoint": self.endpoint,
             "suite": self.suite_path,
@@ -110,6 +113,22 @@ class ReferenceRun:
             "mean_score": None if mean is None else round(mean, 6),
             "started_at": self.started_at.isoformat(),
             "finished_at": self.finished_at.isoformat(),
+        }
+
+    def as_json(self) -> dict[str, Any]:
+        """The headline and each case's score, or why it has none, with the answer."""
+        return {
+            **self.headline(),
+            "results": [
+                {
+                    "case": case.case_id,
+                    "score": None if case.score is None else round(case.score, 6),
+                    "error": case.error,
+                    "judge_error": case.judge_error,
+                    "answer": case.answer,
+                }
+                for case in self.cases
+            ],
         }
 
 
@@ -136,6 +155,11 @@ def reference_request(case: SuiteCase, model: str | None, options: RunnerOptions
     return body
 
 
+KeepAnswer = Callable[[int, ReferenceResult], Awaitable[None]]
+"""Awaited with (position in the suite, result) after every case answered (see
+``rolloutd.evaluation.held``)."""
+
+
 async def answer_suite(
     suite: Suite,
     endpoint: str,
@@ -143,30 +167,33 @@ async def answer_suite(
     role: RunRole = "canary",
     options: RunnerOptions | None = None,
     clock: Callable[[], datetime] = utc_now,
+    permit: Permit | None = None,
+    kept: Mapping[int, ReferenceResult] | None = None,
+    keep: KeepAnswer | None = None,
+    progress: Progress | None = None,
 ) -> ReferenceRun:
     """Ask ``endpoint`` every case of the reference suite; the answers are not yet scored.
 
+    ``permit``, ``kept`` and ``keep`` are the call runner's
+    (:func:`~rolloutd.evaluation.runner.run_suite_async`): a daemon's run asks only the cases
+    an earlier attempt kept no answer for, and keeps each answer as it comes.
+
     :raises BadInput: the suite's cases expect tool calls, not reference answers.
+    :raises RunAbandoned: ``permit`` refused a request.
     """
     if not suite.is_reference:
         raise BadInput.one(suite.path, "expected", "a suite of tool calls has no reference answers")
     options = options or RunnerOptions()
     started = clock()
-    target = Endpoint.parse(endpoint, options.headers)
-    results: list[ReferenceResult | None] = [None] * len(suite.cases)
-    pending = iter(range(len(suite.cases)))
-    async with session_for(target, options.concurrency) as session:
-        model = options.model or await served_model(session, target, options)
 
-        async def worker() -> None:
-            for index in pending:
-                results[index] = await _answer(session, target, suite.cases[index], model, options)
+    async def ask(
+        session: aiohttp.ClientSession, target: Endpoint, case: SuiteCase, model: str | None
+    ) -> ReferenceResult:
+        return await _answer(session, target, case, model, options, permit)
 
-        await asyncio.gather(*(worker() for _ in range(min(options.concurrency, len(suite)))))
-    cases = tuple(result for result in results if result is not None)
-    return ReferenceRun(
-        suite.path, suite.sha256, public_endpoint(endpoint), role, cases, started, clock()
-    )
+    cases, model = await ask_each(suite, endpoint, ask, options, permit, kept, keep, progress)
+    where = (suite.path, suite.sha256, public_endpoint(endpoint), role)
+    return ReferenceRun(*where, tuple(cases), started, clock(), extra=options.recorded(model))
 
 
 async def _answer(
@@ -175,10 +202,11 @@ async def _answer(
     case: SuiteCase,
     model: str | None,
     options: RunnerOptions,
+    permit: Permit | None,
 ) -> ReferenceResult:
     started = time.perf_counter()
     request = reference_request(case, model, options)
-    raw, failure, attempts = await exchange(session, target, request, case.id, options)
+    raw, failure, attempts = await exchange(session, target, request, case.id, options, permit)
     if raw is None:
         return ReferenceResult(case.id, None, error=failure, attempts=attempts)
     answer = _text_of(raw)

@@ -1,161 +1,58 @@
-"""Asking an OpenAI-compatible chat endpoint every case of a suite, a bounded number at once.
+"""Asking an OpenAI-compatible chat endpoint every case of a suite of tool calls.
 
 vLLM and Triton's OpenAI front end both serve ``POST /v1/chat/completions``. Each case is
 sent with ``temperature: 0`` and a fixed ``seed``, so the same build gives the same answers
-and two builds can be compared case by case. At most ``concurrency`` requests are in flight.
-
-Transport failures (connection refused or reset, timeouts) and answers that say "try again"
-(HTTP 429 and 5xx) are retried with a doubling delay; when the retries run out the case is a
-*request error*, never a wrong answer: a slow or flapping endpoint must not look like a
-model that copies amounts badly. Other HTTP errors (400: prompt too long, 404: no such
-model) are request errors at once, since repeating them cannot help. So is an answer larger
-than ``max_answer_bytes``: its body is read only up to that size, so a broken or hostile
-endpoint cannot make the runner hold gigabytes, and an answer that is not a chat completion
-(not JSON, nested too deeply, the wrong shape) is a request error saying so.
-
-The endpoint's userinfo and query string never appear in results or messages (see
-:func:`public_endpoint`): the userinfo is sent as Basic auth, the query on every request.
-
-The client is aiohttp, not the httpx the rest of rolloutd uses. An engine answers in about
-100 ms, so with 128 requests in flight the client's CPU per case adds up to wall time:
-httpx with httpcore and anyio cost 1.3-2.1 ms per case, aiohttp about a third of that
-(``bench/eval_suite.py``). One session per run holds one keep-alive connection per worker.
+and two builds can be compared case by case. At most ``concurrency`` requests are in flight;
+retries, bounds and the client are :mod:`rolloutd.evaluation.exchange`'s. A case the
+endpoint never answered usably is a *request error*, never a wrong answer: a slow or
+flapping endpoint must not look like a model that copies amounts badly. So is an answer that
+is not a chat completion (not JSON, nested too deeply, the wrong shape).
 """
 
 from __future__ import annotations
 
 import asyncio
-import base64
 import json
-import math
-import ssl
 import time
-import urllib.request
 from collections.abc import Awaitable, Callable, Mapping
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from datetime import datetime
 from typing import Any, TypedDict, Unpack
-from urllib.parse import unquote, urlsplit, urlunsplit
 
 import aiohttp
-import certifi
 
 from rolloutd.clock import utc_now
 from rolloutd.errors import BadInput
 from rolloutd.evaluation.compare import Call, CaseResult, request_error, score_case
+from rolloutd.evaluation.exchange import (
+    Endpoint,
+    Permit,
+    Progress,
+    RunAbandoned,
+    RunnerOptions,
+    ask_each,
+    exchange,
+    public_endpoint,
+)
 from rolloutd.evaluation.results import RunRole, RunSummary
 from rolloutd.evaluation.suite import Suite, SuiteCase
-from rolloutd.redact import scrub
 
-CHAT_PATH = "/v1/chat/completions"
-MODELS_PATH = "/v1/models"
-DEFAULT_SEED = 1234
-RETRY_STATUSES = frozenset({408, 429, 500, 502, 503, 504})
-JSON_HEADERS = {"Content-Type": "application/json"}
-MAX_ANSWER_BYTES = 1024 * 1024
-_CHUNK_BYTES = 64 * 1024
-
-Progress = Callable[[int, int], None]
-"""Called with (cases done, cases in all) after every case."""
-
-Permit = Callable[[float], bool]
-"""Asked before every request with the request's timeout: may it start now? A daemon's run
-says no once its job's claim would not outlive the request (see ``rolloutd.reconcile.runs``)."""
+__all__ = [
+    "Keep",
+    "Permit",
+    "Progress",
+    "RunAbandoned",
+    "RunArgs",
+    "RunnerOptions",
+    "public_endpoint",
+    "request_body",
+    "run_suite",
+    "run_suite_async",
+]
 
 Keep = Callable[[int, CaseResult], Awaitable[None]]
 """Awaited with (position in the suite, result) after every case asked: a daemon's run keeps
 the result in the database before its worker takes the next case."""
-
-
-class RunAbandoned(Exception):
-    """The run was stopped before it finished (its permit was withdrawn); nothing is kept."""
-
-
-@dataclass(frozen=True)
-class RunnerOptions:
-    """How to ask: concurrency, per-request timeout, retries, and the request's fixed parts.
-
-    ``send_expected`` adds the expected call as ``rolloutd_expected`` to each request; only
-    the simulated engines read it (to know which answer to perturb), real engines drop it.
-    ``max_answer_bytes`` bounds every answer's body (after decompression).
-    """
-
-    concurrency: int = 8
-    timeout_s: float = 60.0
-    retries: int = 2
-    backoff_s: float = 0.5
-    seed: int = DEFAULT_SEED
-    model: str | None = None
-    max_tokens: int = 512
-    send_expected: bool = False
-    headers: Mapping[str, str] | None = None
-    max_answer_bytes: int = MAX_ANSWER_BYTES
-
-    def __post_init__(self) -> None:
-        if self.concurrency < 1:
-            raise ValueError(f"concurrency must be at least 1, got {self.concurrency}")
-        if not math.isfinite(self.timeout_s) or self.timeout_s <= 0:
-            raise ValueError(f"timeout must be a finite positive number, got {self.timeout_s}")
-        if self.retries < 0:
-            raise ValueError(f"retries must be 0 or more, got {self.retries}")
-        if self.max_answer_bytes < 1:
-            raise ValueError(f"max_answer_bytes must be at least 1, got {self.max_answer_bytes}")
-
-
-def public_endpoint(url: str) -> str:
-    """``url`` without userinfo, query or fragment: safe to store and print."""
-    parts = urlsplit(url)
-    host = parts.hostname or ""
-    if ":" in host:
-        host = f"[{host}]"
-    netloc = f"{host}:{parts.port}" if parts.port else host
-    return urlunsplit((parts.scheme, netloc, parts.path.rstrip("/"), "", ""))
-
-
-@dataclass(frozen=True)
-class Endpoint:
-    """The endpoint as it is asked: URLs without userinfo, which becomes a Basic ``Authorization``
-    header, and with the query string, which goes with every request but into no message."""
-
-    chat_url: str
-    models_url: str
-    headers: Mapping[str, str]
-    query: str
-    proxy: str | None
-
-    @classmethod
-    def parse(cls, url: str, headers: Mapping[str, str] | None = None) -> Endpoint:
-        """Split ``url``; ``headers`` are sent with every request."""
-        parts = urlsplit(url)
-        base = public_endpoint(url)
-        query = f"?{parts.query}" if parts.query else ""
-        sent = dict(headers or {})
-        if parts.username is not None or parts.password is not None:
-            userinfo = f"{unquote(parts.username or '')}:{unquote(parts.password or '')}"
-            sent["Authorization"] = "Basic " + base64.b64encode(userinfo.encode()).decode()
-        return cls(
-            base + CHAT_PATH + query, base + MODELS_PATH + query, sent, parts.query, _proxy(url)
-        )
-
-    @property
-    def tls(self) -> bool:
-        """Whether requests go over TLS."""
-        return self.chat_url.startswith("https:")
-
-    def hide(self, text: str) -> str:
-        """``text`` with the query string and any URL password replaced by ``***``."""
-        return scrub(text.replace(self.query, "***") if self.query else text)
-
-
-def _proxy(url: str) -> str | None:
-    # The proxy the environment names (HTTP_PROXY, HTTPS_PROXY, ALL_PROXY unless NO_PROXY
-    # covers the host), as httpx honoured it; read once per run, since aiohttp's trust_env
-    # would read the environment and ~/.netrc again for every request.
-    parts = urlsplit(url)
-    if urllib.request.proxy_bypass(parts.hostname or ""):
-        return None
-    proxies = urllib.request.getproxies()
-    return proxies.get(parts.scheme) or proxies.get("all")
 
 
 class RunArgs(TypedDict, total=False):
@@ -196,133 +93,24 @@ async def run_suite_async(
     is awaited with each new result before its worker goes on.
     """
     if suite.is_reference:
-        # Its cases carry answers, not calls: scored by rolloutd.evaluation.references.
+        # Its cases carry answers, not calls: asked by rolloutd.evaluation.references.
         message = "a suite of reference answers is scored by a scorer, not as tool calls"
         raise BadInput.one(suite.path, "reference", message)
     role = how.get("role", "canary")
     options = how.get("options") or RunnerOptions()
-    progress = how.get("progress")
     clock = how.get("clock", utc_now)
     started = clock()
-    target = Endpoint.parse(endpoint, options.headers)
-    results: list[CaseResult | None] = [None] * len(suite.cases)
-    for position, result in (kept or {}).items():
-        if 0 <= position < len(results) and result.case_id == suite.cases[position].id:
-            results[position] = result
-    todo = [index for index, result in enumerate(results) if result is None]
-    pending = iter(todo)
-    done = len(suite.cases) - len(todo)
-    workers = max(1, min(options.concurrency, len(todo)))
-    if todo and permit is not None and not permit(options.timeout_s):
-        raise RunAbandoned("stopped before the first request")
 
-    async with _session(target, workers) as session:
-        model = options.model
-        if model is None and todo:
-            model = await _served_model(
-                session, target, options.timeout_s, options.max_answer_bytes
-            )
+    async def ask(
+        session: aiohttp.ClientSession, target: Endpoint, case: SuiteCase, model: str | None
+    ) -> CaseResult:
+        return await _ask(session, target, case, model, options, permit)
 
-        async def worker() -> None:
-            nonlocal done
-            # One iterator shared by every worker: each case is taken by exactly one.
-            for index in pending:
-                case = suite.cases[index]
-                result = await _ask(session, target, case, model, options, permit)
-                if keep is not None:
-                    await keep(index, result)
-                results[index] = result
-                done += 1
-                if progress is not None:
-                    progress(done, len(suite.cases))
-
-        tasks: list[asyncio.Task[None]] = []
-        try:
-            for _ in range(workers):
-                tasks.append(asyncio.create_task(worker()))
-                # Started all at once, every worker would open its connection before any
-                # sent a request, and the first answers would come back late. Started one
-                # loop turn apart, the first requests go out at once and the workers started
-                # last take fewer cases (measured: 128 at once, 1.4-1.7x the ideal; staggered,
-                # 1.2-1.3x).
-                await asyncio.sleep(0)
-            await asyncio.gather(*tasks)
-        finally:
-            # One worker's RunAbandoned (or a cancelled run) stops the others before the
-            # session closes under them.
-            for task in tasks:
-                task.cancel()
-            await asyncio.gather(*tasks, return_exceptions=True)
-    cases = tuple(result for result in results if result is not None)
-    return RunSummary(
-        suite.path,
-        suite.sha256,
-        public_endpoint(endpoint),
-        role,
-        cases,
-        started,
-        clock(),
-        extra={"model": model, "seed": options.seed, "concurrency": options.concurrency},
+    cases, model = await ask_each(
+        suite, endpoint, ask, options, permit, kept, keep, how.get("progress")
     )
-
-
-def session_for(target: Endpoint, connections: int) -> aiohttp.ClientSession:
-    """A client session for ``target`` holding at most ``connections`` connections."""
-    return _session(target, connections)
-
-
-def _session(target: Endpoint, connections: int) -> aiohttp.ClientSession:
-    # Loading the CA bundle costs tens of milliseconds: once per run, and only for TLS.
-    tls = ssl.create_default_context(cafile=certifi.where()) if target.tls else True
-    return aiohttp.ClientSession(
-        connector=aiohttp.TCPConnector(limit=connections, ssl=tls),
-        headers=target.headers,
-        # Each request is bounded whole by asyncio.timeout in _ask; aiohttp's own timers
-        # would only add work per request.
-        timeout=aiohttp.ClientTimeout(),
-        # An engine sets no cookies worth keeping.
-        cookie_jar=aiohttp.DummyCookieJar(),
-    )
-
-
-async def served_model(
-    session: aiohttp.ClientSession, target: Endpoint, options: RunnerOptions
-) -> str | None:
-    """The model the endpoint lists first in ``/v1/models`` (None when it lists none)."""
-    return await _served_model(session, target, options.timeout_s, options.max_answer_bytes)
-
-
-async def _served_model(
-    session: aiohttp.ClientSession, target: Endpoint, timeout_s: float, limit: int
-) -> str | None:
-    # vLLM and Triton both list what they serve; without an answer the request omits
-    # 'model', which vLLM accepts (it serves one model) and the case errors tell the rest.
-    try:
-        async with (
-            asyncio.timeout(timeout_s),
-            session.get(target.models_url, proxy=target.proxy, allow_redirects=False) as response,
-        ):
-            raw = await _read_body(response, limit)
-        listing = json.loads(raw) if raw is not None else None
-    except (aiohttp.ClientError, TimeoutError, ValueError, RecursionError):
-        return None
-    data = listing.get("data") if isinstance(listing, dict) else None
-    first = data[0] if isinstance(data, list) and data else None
-    model = first.get("id") if isinstance(first, dict) else None
-    return model if isinstance(model, str) else None
-
-
-async def _read_body(response: aiohttp.ClientResponse, limit: int) -> bytes | None:
-    """The answer's body, or None once it is larger than ``limit`` bytes: reading stops
-    there and the connection is dropped rather than drained."""
-    body = bytearray()
-    while len(body) <= limit:
-        chunk = await response.content.read(min(_CHUNK_BYTES, limit + 1 - len(body)))
-        if not chunk:
-            return bytes(body)
-        body += chunk
-    response.close()
-    return None
+    where = (suite.path, suite.sha256, public_endpoint(endpoint), role)
+    return RunSummary(*where, tuple(cases), started, clock(), extra=options.recorded(model))
 
 
 def request_body(case: SuiteCase, model: str | None, options: RunnerOptions) -> dict[str, Any]:
@@ -367,85 +155,6 @@ async def _ask(
     return _with_attempts(result, attempt, latency)
 
 
-async def exchange(
-    session: aiohttp.ClientSession,
-    target: Endpoint,
-    request: dict[str, Any],
-    case_id: str,
-    options: RunnerOptions,
-    permit: Permit | None = None,
-) -> tuple[bytes | None, str | None, int]:
-    """POST one chat request with the runner's retries: (the 200 answer's body, None,
-    attempts), or (None, why there is no usable answer, attempts).
-
-    :raises RunAbandoned: ``permit`` refused a request.
-    """
-    body = json.dumps(request, ensure_ascii=False, separators=(",", ":")).encode()
-    reason = "not sent"
-    for attempt in range(1, options.retries + 2):
-        if attempt > 1:
-            await asyncio.sleep(options.backoff_s * 2 ** (attempt - 2))
-        if permit is not None and not permit(options.timeout_s):
-            raise RunAbandoned(f"stopped before case {case_id}")
-        try:
-            # The whole request, answer included, is bounded: a slowly dripping answer
-            # cannot outlive the permit it started under.
-            async with (
-                asyncio.timeout(options.timeout_s),
-                session.post(
-                    target.chat_url,
-                    data=body,
-                    headers=JSON_HEADERS,
-                    proxy=target.proxy,
-                    allow_redirects=False,
-                ) as response,
-            ):
-                status, phrase = response.status, response.reason
-                raw = await _read_body(response, options.max_answer_bytes)
-        except TimeoutError:
-            reason = f"timed out after {options.timeout_s:g}s"
-            continue
-        except aiohttp.ClientError as exc:
-            # Connection refused or reset: the replica may be restarting; try again.
-            reason = target.hide(_transport_reason(exc))
-            continue
-        too_large = f"answer larger than {_size(options.max_answer_bytes)}"
-        if status in RETRY_STATUSES:
-            reason = f"HTTP {status}: {too_large if raw is None else _error_text(raw, phrase)}"
-            continue
-        if status != 200:
-            text = too_large if raw is None else _error_text(raw, phrase)
-            return None, f"HTTP {status}: {text}", attempt
-        if raw is None:
-            # The same request would get the same oversized answer: no retry.
-            return None, too_large, attempt
-        return raw, None, attempt
-    return None, reason, options.retries + 1
-
-
-def _size(count: int) -> str:
-    for unit, scale in (("MiB", 1024 * 1024), ("KiB", 1024)):
-        if count % scale == 0:
-            return f"{count // scale} {unit}"
-    return f"{count} bytes"
-
-
-def _one_line(text: str) -> str:
-    # aiohttp's parser errors and HTML error pages span lines; a reason is one line.
-    return " ".join(text.split())
-
-
-def _transport_reason(exc: aiohttp.ClientError) -> str:
-    if isinstance(exc, aiohttp.ClientConnectorError):
-        # Refused, unresolvable or a failed TLS handshake: the operating system's reason
-        # says which, and aiohttp's text around it adds only the host and port.
-        return f"ConnectError: {exc.os_error}"
-    if isinstance(exc, aiohttp.ClientResponseError):
-        # An answer that is not HTTP; aiohttp's text would quote the whole URL.
-        return _one_line(f"{type(exc).__name__}: {exc.message}")[:200]
-    return _one_line(f"{type(exc).__name__}: {exc}")[:200]
-
-
 def _with_attempts(result: CaseResult, attempts: int, latency_s: float) -> CaseResult:
     return replace(result, attempts=attempts, latency_s=latency_s)
 
@@ -472,16 +181,3 @@ def _call_of(raw: bytes) -> Call | None:
         except (ValueError, RecursionError):
             return None
     return Call(name if isinstance(name, str) else "", arguments)
-
-
-def _error_text(raw: bytes, phrase: str | None) -> str:
-    try:
-        answer = json.loads(raw)
-    except (ValueError, RecursionError):
-        answer = None
-    if isinstance(answer, dict):
-        error = answer.get("error")
-        message = error.get("message") if isinstance(error, dict) else error
-    else:
-        message = raw.decode("utf-8", "replace")
-    return _one_line(str(message or phrase or ""))[:200]

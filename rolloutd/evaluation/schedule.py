@@ -21,6 +21,11 @@ use temperature 0 and a fixed seed, so an unchanged build answers the same way e
 Under a :class:`~rolloutd.evaluation.held.RunControl` the run is its job's: each case's
 result is kept as it completes, and a run taken over after its holder died asks only the
 cases that have none, then stores its runs whole, as an uninterrupted run would have.
+
+A suite of reference answers (a RAG agent's replies) goes the same way: only the asking
+differs (:mod:`rolloutd.evaluation.reference_runs`: answers, then the gate's scorer, the
+judge's scores kept by key), and its pair is judged by
+:func:`~rolloutd.evaluation.reference_gate.judge_reference`.
 """
 
 from __future__ import annotations
@@ -30,17 +35,19 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from rolloutd.clock import utc_now
 from rolloutd.core.actions import Verdict
 from rolloutd.core.plan import Plan, SuiteGate
 from rolloutd.errors import BadInput
-from rolloutd.evaluation import records
-from rolloutd.evaluation.compare import CaseResult
+from rolloutd.evaluation import records, reference_runs
 from rolloutd.evaluation.gate import combine, judge_suite
 from rolloutd.evaluation.held import Keeper, RunControl, held
 from rolloutd.evaluation.live import Unusable, live_suite, seed_of
+from rolloutd.evaluation.records import StoredRun
+from rolloutd.evaluation.reference_gate import judge_reference
+from rolloutd.evaluation.references import ReferenceRun
 from rolloutd.evaluation.results import RunRole, RunSummary
 from rolloutd.evaluation.runner import RunnerOptions, run_suite_async
 from rolloutd.evaluation.suite import Suite, load_suite
@@ -63,8 +70,8 @@ class _Pair:
     """One suite's baseline and canary runs, and which run of its suite the canary is in the
     rollout (its share of alpha hangs on it)."""
 
-    baseline: RunSummary
-    canary: RunSummary
+    baseline: StoredRun
+    canary: StoredRun
     number: int
 
 
@@ -146,11 +153,9 @@ def run_suite_for_gate(
             except BadInput as exc:
                 suite = Unusable(f"bad suite: {exc}")
             if not isinstance(suite, Unusable) and suite.is_reference:
-                # Its runs have answers and scores, which the stored-run tables do not hold
-                # yet: judged by ``rolloutd.evaluation.reference_gate`` outside the daemon.
-                suite = Unusable(
-                    f"{path}: a suite of reference answers is not yet run by the daemon"
-                )
+                # Checked before any request: answers that could not be scored are wasted.
+                why = reference_runs.unusable(spec, name)
+                suite = suite if why is None else Unusable(f"{path}: {why}")
         if isinstance(suite, Unusable):
             return Evaluation(
                 name, role, Verdict.INCONCLUSIVE, now, reason=suite.reason, evidence=suite.report
@@ -268,18 +273,27 @@ def _judge_each(
     for label, path in paths:
         found = pair_for(label, path)
         if isinstance(found, _Pair):
-            found = judge_suite(
-                spec,
-                found.baseline,
-                found.canary,
-                name=name,
-                role=role,
-                now=now,
-                run=found.number,
-                looks=len(paths),
-            )
+            found = _judge_pair(spec, found, name=name, role=role, now=now, looks=len(paths))
         evaluations.append(found)
     return combine(evaluations, [label for label, _ in paths])
+
+
+def _judge_pair(
+    spec: SuiteGate, pair: _Pair, *, name: str, role: Role, now: datetime, looks: int
+) -> Evaluation:
+    """Judge one suite's pair by the rules of its kind: tool calls or reference answers."""
+    baseline, canary, run = pair.baseline, pair.canary, pair.number
+    if isinstance(baseline, RunSummary) and isinstance(canary, RunSummary):
+        return judge_suite(
+            spec, baseline, canary, name=name, role=role, now=now, run=run, looks=looks
+        )
+    if isinstance(baseline, ReferenceRun) and isinstance(canary, ReferenceRun):
+        return judge_reference(
+            spec, baseline, canary, name=name, role=role, now=now, run=run, looks=looks
+        )
+    # Same digest, different kinds: cannot happen for one suite file; never passed.
+    reason = "the baseline and canary runs are of different kinds of suite"
+    return Evaluation(name, role, Verdict.INCONCLUSIVE, now, reason=reason)
 
 
 def _stored_pair(
@@ -313,12 +327,12 @@ def _run_pair(
     clock: Callable[[], datetime],
     control: RunControl | None,
     reuse_baseline: bool = True,
-) -> tuple[RunSummary, RunSummary]:
+) -> tuple[StoredRun, StoredRun]:
     """The suite's baseline and canary runs: asked of the endpoints (only the cases an earlier
     attempt of the job did not keep), or the shadow baseline where the rule reuses it."""
     baseline_url, canary_url = endpoints(plan, spec)
-    stored: RunSummary | None = None
-    kept: dict[RunRole, dict[int, CaseResult]] = {"canary": {}, "baseline": {}}
+    stored: StoredRun | None = None
+    kept: dict[RunRole, dict[int, dict[str, Any]]] = {"canary": {}, "baseline": {}}
     started: datetime | None = None
     with transaction(sessions) as session:
         if spec.rule == "at_least_baseline" and reuse_baseline:
@@ -328,7 +342,7 @@ def _run_pair(
         if control is not None:
             job = control.job.id
             for kept_role in kept:
-                kept[kept_role] = records.kept_cases(
+                kept[kept_role] = records.kept_json(
                     session, job_id=job, suite_sha256=suite.sha256, role=kept_role
                 )
             started = records.first_kept_at(session, job_id=job, suite_sha256=suite.sha256)
@@ -341,25 +355,43 @@ def _run_pair(
     if stored is None:
         asks.append(("baseline", baseline_url))
 
-    async def both() -> Sequence[RunSummary]:
-        keeper = None if control is None else Keeper(control, suite.sha256, clock)
-        runs = (
-            run_suite_async(
+    async def ask(keeper: Keeper | None) -> Sequence[StoredRun]:
+        keep_for = None if keeper is None else keeper.keep_for
+        if suite.is_reference:
+            return await reference_runs.answer_runs(
                 suite,
-                url,
-                role=role,
+                asks,
+                spec=spec,
+                kept=kept,
+                keep_for=keep_for,
                 options=options,
                 clock=clock,
                 permit=permit,
-                kept=kept[role],
-                keep=None if keeper is None else keeper.keep_for(role),
+                read=lambda: transaction(sessions),
+                write=(lambda: transaction(sessions)) if control is None else control.write,
             )
-            for role, url in asks
+        return await asyncio.gather(
+            *(
+                run_suite_async(
+                    suite,
+                    url,
+                    role=role,
+                    options=options,
+                    clock=clock,
+                    permit=permit,
+                    kept={p: records.case_of_json(data) for p, data in kept[role].items()},
+                    keep=None if keep_for is None else keep_for(role),
+                )
+                for role, url in asks
+            )
         )
-        if keeper is None:
-            return await asyncio.gather(*runs)
+
+    async def both() -> Sequence[StoredRun]:
+        if control is None:
+            return await ask(None)
+        keeper = Keeper(control, suite.sha256, clock)
         async with keeper.writing():
-            return await asyncio.gather(*runs)
+            return await ask(keeper)
 
     runs = asyncio.run(both() if control is None else held(both(), control))
     if started is not None:
@@ -368,7 +400,7 @@ def _run_pair(
     return (stored if stored is not None else runs[1]), runs[0]
 
 
-def _run_number(session: Session, canary: RunSummary, *, rollout_id: int, gate: str) -> int:
+def _run_number(session: Session, canary: StoredRun, *, rollout_id: int, gate: str) -> int:
     """Which run of its suite the canary run is in the rollout: its share of alpha hangs on it."""
     if canary.run_id is None:
         return 1
@@ -381,7 +413,7 @@ def _run_number(session: Session, canary: RunSummary, *, rollout_id: int, gate: 
     )
 
 
-def _with_id(run: RunSummary, run_id: int | None) -> RunSummary:
+def _with_id(run: StoredRun, run_id: int | None) -> StoredRun:
     if run_id is None:
         return run
     return replace(run, run_id=run_id)

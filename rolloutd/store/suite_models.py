@@ -1,4 +1,4 @@
-"""The tool-argument suite's tables: jobs, runs, per-case and per-field results.
+"""The suites' tables: jobs, runs, per-case and per-field results, and the judge's scores.
 
 A *job* is an evaluation run the tick decided is due, under a deterministic name
 (``rollout-3/tool_args/step-0/run-1``): a keyed, leased row (``acquired_by``,
@@ -22,11 +22,12 @@ from typing import Any
 from sqlalchemy import ForeignKey, Index, LargeBinary, String, UniqueConstraint
 from sqlalchemy.orm import Mapped, mapped_column
 
-from rolloutd.core.suite_outcomes import CASE_OUTCOMES, FIELD_OUTCOMES
+from rolloutd.core.suite_outcomes import FIELD_OUTCOMES, STORED_CASE_OUTCOMES
 from rolloutd.store.models import Base, PrimaryKey, RolloutRef, Sha256, one_of, unique_where
 
 SUITE_RUN_ROLES = ("canary", "baseline")
 SUITE_JOB_STATES = ("open", "done", "failed", "superseded", "cancelled")
+SCORERS = ("exact", "token_f1", "judge")
 
 
 class SuiteJob(Base):
@@ -62,12 +63,17 @@ class SuiteJob(Base):
 
 
 class SuiteRun(Base):
-    """One run of a suite against one endpoint; ``rollout_id`` is null for ad-hoc runs."""
+    """One run of a suite against one endpoint; ``rollout_id`` is null for ad-hoc runs.
+
+    ``scorer`` is set for a run of reference answers (how its answers were scored) and null
+    for a run of tool calls: it says which of the two a run is.
+    """
 
     __tablename__ = "suite_runs"
     __table_args__ = (
         Index(None, "rollout_id", "gate", "role", "finished_at"),
         one_of("role", SUITE_RUN_ROLES),
+        one_of("scorer", SCORERS),
     )
 
     id: Mapped[PrimaryKey]
@@ -94,22 +100,27 @@ class SuiteRun(Base):
     exactness: Mapped[float | None]
     strict_exactness: Mapped[float | None]
     outcomes: Mapped[dict[str, Any]]
+    scorer: Mapped[str | None] = mapped_column(String(20))
 
 
 class SuiteCaseResult(Base):
-    """One case of one run: its outcome, both scores, and what the engine sent."""
+    """One case of one run: its outcome, both scores, and what the engine sent.
+
+    A reference case has no expected tool; it keeps the answer's text, its ``score`` in
+    [0, 1] and, when the judge gave no usable score, the ``judge_error``.
+    """
 
     __tablename__ = "suite_case_results"
     __table_args__ = (
         UniqueConstraint("run_id", "case_id"),
-        one_of("outcome", CASE_OUTCOMES),
+        one_of("outcome", STORED_CASE_OUTCOMES),
     )
 
     id: Mapped[PrimaryKey]
     run_id: Mapped[int] = mapped_column(ForeignKey("suite_runs.id"))
     case_id: Mapped[str] = mapped_column(String(200))
     position: Mapped[int]
-    expected_tool: Mapped[str] = mapped_column(String(200))
+    expected_tool: Mapped[str | None] = mapped_column(String(200))
     tool: Mapped[str | None] = mapped_column(String(200))
     outcome: Mapped[str] = mapped_column(String(30))
     exact: Mapped[bool | None]
@@ -120,6 +131,22 @@ class SuiteCaseResult(Base):
     error: Mapped[str | None]
     attempts: Mapped[int]
     latency_s: Mapped[float | None]
+    answer: Mapped[str | None]
+    score: Mapped[float | None]
+    judge_error: Mapped[str | None]
+
+
+class JudgeScore(Base):
+    """A score the LLM judge gave, by its cache key (``rolloutd.evaluation.judge.judge_key``:
+    the sha256 of the judge's configuration, the case and the answer), so that an answer is
+    judged once, whichever run or build gave it. Errors are not kept: they may pass next time.
+    """
+
+    __tablename__ = "judge_scores"
+
+    key: Mapped[str] = mapped_column(String(64), primary_key=True)
+    score: Mapped[float]
+    judged_at: Mapped[datetime]
 
 
 class SuiteFieldResult(Base):

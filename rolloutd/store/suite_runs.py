@@ -89,8 +89,11 @@ def canary_runs_up_to(
 def newest_run_counts(
     session: Session, *, rollout_id: int, role: str, since: datetime | None = None
 ) -> tuple[int, int, int] | None:
-    """(schema violations, tool calls, run id) of the rollout's newest run for ``role``."""
-    query = select(SuiteRun.schema_violations, SuiteRun.tool_calls, SuiteRun.id)
+    """(schema violations, tool calls, run id) of the rollout's newest run of tool calls for
+    ``role`` (a run of reference answers makes no calls)."""
+    query = select(SuiteRun.schema_violations, SuiteRun.tool_calls, SuiteRun.id).where(
+        SuiteRun.scorer.is_(None)
+    )
     row = session.execute(_newest(query, rollout_id=rollout_id, role=role, since=since)).first()
     return None if row is None else (int(row[0]), int(row[1]), int(row[2]))
 

@@ -28,6 +28,7 @@ from rolloutd.store import suite_jobs
 from rolloutd.store.suite_jobs import Claim
 from rolloutd.store.suite_models import SuiteJobCase, SuiteSample
 from tests.evaluation.conftest import first_cases, fleet, start
+from tests.evaluation.test_reference_gate import RAG
 from tests.store.seed import seed_rollout
 
 if TYPE_CHECKING:
@@ -368,3 +369,27 @@ def test_a_sample_over_the_storage_bound_is_drawn_again_smaller(
     assert too_big.reason.endswith(
         "more than the 8 KiB a run keeps, and fewer than min_cases 5 would fit"
     )
+
+
+def test_a_resumed_reference_run_asks_only_the_answers_it_did_not_keep(
+    store: StoreHandle,
+) -> None:
+    """A run of the RAG suite stopped part way keeps the answers it had; the next attempt
+    asks each pool only the rest, and judges as an uninterrupted run does."""
+    spec = SuiteGate.model_validate(
+        {"kind": "suite", "suite": str(RAG), "rule": "no_regression", "scorer": "token_f1"}
+    )
+    with fleet() as (plan, stable, canary):
+        canary.set_faults(unfaithful_rate=0.5)
+        job = new_job(store)
+        with pytest.raises(RunAbandoned):
+            run(store, plan, spec, job, permits=20)
+        kept_before = kept(store, "baseline") + kept(store, "canary")
+        assert 0 < kept_before <= 20
+        asked_before = stable.ledger.position() + canary.ledger.position()
+        resumed = run(store, plan, spec, job)
+        asked_again = stable.ledger.position() + canary.ledger.position() - asked_before
+        uninterrupted = run(store, plan, spec, None)
+    assert asked_again == 2 * 26 - kept_before
+    assert resumed.verdict is Verdict.FAIL
+    assert (resumed.verdict, resumed.value) == (uninterrupted.verdict, uninterrupted.value)

@@ -28,6 +28,7 @@ from tests.plans import memory_plan, pools
 from tests.twins import Leader
 
 from .conftest import EXAMPLE, first_cases, start
+from .test_reference_gate import RAG
 
 if TYPE_CHECKING:
     from conftest import StoreHandle
@@ -365,3 +366,38 @@ def test_a_live_gate_without_its_capture_is_inconclusive_saying_why_and_not_run_
         (job,) = session.scalars(select(SuiteJob)).all()
     assert (job.state, job.reason) == ("done", reason)
     assert rollout.runs() == 0
+
+
+def test_a_reference_suite_gate_run_by_the_evaluation_reconciler_passes_a_faithful_canary(
+    rollout_of: Any,
+) -> None:
+    """The RAG suite with token-F1: the job answers both pools and stores both scored runs;
+    a faithful canary passes on them and the step completes."""
+    good = rollout_of("exact", RAG, scorer="token_f1")
+    good.tick()
+    good.tick(seconds=1)
+    good.wait_for_runs(2)
+    good.tick(seconds=1)
+    verdict, reason, evidence = good.evaluations("tool_args")[-1]
+    assert verdict == "pass", reason
+    assert evidence["scorer"] == "token_f1" and evidence["canary"]["mean_score"] == 1.0
+    good.tick(seconds=60)
+    assert rollout_progress(good).step_index == 1
+
+
+def test_a_reference_suite_gate_run_by_the_evaluation_reconciler_holds_an_unfaithful_canary(
+    rollout_of: Any,
+) -> None:
+    """A canary that makes up half its answers fails on token-F1, per case, and holds the
+    shadow step."""
+    worse = rollout_of("exact", RAG, scorer="token_f1")
+    worse.canary.set_faults(unfaithful_rate=0.5)
+    worse.tick()
+    worse.tick(seconds=1)
+    worse.wait_for_runs(2)
+    worse.tick(seconds=1)
+    verdict, reason, evidence = worse.evaluations("tool_args")[-1]
+    assert verdict == "fail" and reason.startswith("token_f1 score"), reason
+    assert evidence["worst_cases"]
+    worse.tick(seconds=120)
+    assert rollout_progress(worse).step_index == 0

@@ -18,11 +18,10 @@ from rolloutd.evaluation.judge import JudgeCache
 from rolloutd.evaluation.reference_gate import judge_reference
 from rolloutd.evaluation.references import ReferenceRun, answer_suite, score_runs
 from rolloutd.evaluation.runner import run_suite
-from rolloutd.evaluation.schedule import run_suite_for_gate
 from rolloutd.evaluation.suite import Suite, load_suite
 from rolloutd.sim.references import UNSUPPORTED
 from tests.evaluation.conftest import SIM, engine, start
-from tests.plans import example_dict, plan_of, problems_of
+from tests.plans import example_dict, problems_of
 
 RAG = Path(__file__).resolve().parents[2] / "gates" / "suites" / "support-rag-26.jsonl"
 NOW = datetime(2026, 1, 5, tzinfo=UTC)
@@ -186,23 +185,6 @@ def test_a_judge_scorer_needs_a_judge_section() -> None:
         gate(judge={"url": "http://127.0.0.1:9", "model": "m"})
     with pytest.raises(ValueError, match="must contain"):
         gate(scorer="judge", judge={"url": "http://127.0.0.1:9", "model": "m", "prompt": "x"})
-
-
-def test_the_daemon_says_it_does_not_yet_run_a_reference_suite(store: Any) -> None:
-    """A plan's suite gate on a reference suite is inconclusive naming the file, never passed."""
-    spec = gate(scorer="token_f1")
-    evaluation = run_suite_for_gate(
-        store.sessions,
-        plan=plan_of(example_dict()),
-        spec=spec,
-        name="faithfulness",
-        role="step",
-        rollout_id=1,
-        step_index=0,
-        now=NOW,
-    )
-    assert evaluation.verdict is Verdict.INCONCLUSIVE
-    assert "support-rag-26.jsonl: a suite of reference answers is not yet run" in evaluation.reason
 
 
 @pytest.mark.parametrize(
