@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 import yaml
 from pydantic import ValidationError
 
+from rolloutd.core.actors import acting
 from rolloutd.core.machine import refusal
 from rolloutd.core.plan import Plan
 from rolloutd.core.progress import Progress, State
@@ -161,7 +162,8 @@ def submit_command(
 
     # Locked, so that of two identical commands sent at once one is queued (Postgres; SQLite
     # has one writer at a time anyway).
-    rollout = queries.get_rollout(session, rollout_id, for_update=True)
+    queries.lock_submissions(session, rollout_id)
+    rollout = queries.get_rollout(session, rollout_id)
     plan = plan_of(rollout)
     why = refusal(plan, Progress.from_storage(rollout.progress), kind, full=full)
     if why is not None:
@@ -171,7 +173,7 @@ def submit_command(
         if waiting.kind == kind and waiting.args == args:
             # The same request again (a retried script, a second operator): one is enough.
             return Submitted(waiting.id, queued=False)
-    command_id = queries.add_command(
+    queued = queries.add_command(
         session,
         rollout_id=rollout_id,
         kind=kind,
@@ -182,9 +184,15 @@ def submit_command(
     )
     detail = f"{kind}{' --full' if full else ''} requested" + (f": {reason}" if reason else "")
     queries.append_event(
-        session, rollout_id=rollout_id, kind="command", actor=actor, detail=detail, now=now
+        session,
+        rollout_id=rollout_id,
+        kind="command",
+        actor=acting(actor, queued.db_role),
+        detail=detail,
+        data={"command": queued.id, "claimed": actor, "db_role": queued.db_role},
+        now=now,
     )
-    return Submitted(command_id, queued=True)
+    return Submitted(queued.id, queued=True)
 
 
 class Submitted(NamedTuple):

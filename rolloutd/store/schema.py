@@ -9,4 +9,4 @@ from __future__ import annotations
 
 from typing import Final
 
-SCHEMA_REVISION: Final = "0012"
+SCHEMA_REVISION: Final = "0013"
