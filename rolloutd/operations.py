@@ -77,10 +77,11 @@ def admission_problems(session: Session, plan: Plan, *, skip_drill: bool = False
 
 def record_skipped_drill(
     session: Session, rollout_id: int, *, reason: str, actor: str, now: datetime
-) -> None:
-    """Keep ``--skip-drill`` in the audit log and alert about it (the daemon sends it)."""
+) -> str:
+    """Keep ``--skip-drill`` in the audit log; returns what the alert about it says."""
     detail = f"started without a passed staging drill by {actor}: {reason}"
-    _record_override(session, rollout_id, "drill_skipped", "skip_drill", detail, reason, now, actor)
+    _record_override(session, rollout_id, "drill_skipped", detail, reason, now, actor)
+    return detail
 
 
 def record_forced_preflight(
@@ -91,27 +92,29 @@ def record_forced_preflight(
     absent: list[str],
     actor: str,
     now: datetime,
-) -> None:
-    """Keep ``start --force`` over an absent first-step signal in the audit log, and alert."""
+) -> str:
+    """Keep ``start --force`` over an absent first-step signal in the audit log; returns what
+    the alert about it says."""
     detail = (
         f"started by {actor} although these gates cannot be judged: {'; '.join(absent)}: {reason}"
     )
-    _record_override(
-        session, rollout_id, "preflight_forced", "preflight_forced", detail, reason, now, actor
-    )
+    _record_override(session, rollout_id, "preflight_forced", detail, reason, now, actor)
+    return detail
 
 
 def _record_override(
     session: Session,
     rollout_id: int,
     kind: str,
-    topic: str,
     detail: str,
     reason: str,
     now: datetime,
     actor: str,
 ) -> None:
-    """An operator's override of a start check: an event, and a warning to the team."""
+    """An operator's override of a start check, as an event. The warning to the team goes
+    straight to the alert outbox (:func:`rolloutd.alerts.enqueue.enqueue_rollout_alert`), not
+    through the leader's intent log: the operator's role may not add actions, which the
+    leader performs (deploys among them)."""
     from rolloutd.store import queries
 
     queries.append_event(
@@ -121,23 +124,6 @@ def _record_override(
         actor=actor,
         detail=detail,
         data={"reason": reason},
-        now=now,
-    )
-    queries.enqueue_actions(
-        session,
-        rollout_id=rollout_id,
-        actions=[
-            (
-                f"alert/{topic}",
-                "alert",
-                {
-                    "topic": topic,
-                    "severity": "warning",
-                    "text": f"Rollout {rollout_id} {detail}",
-                    "reason": reason,
-                },
-            )
-        ],
         now=now,
     )
 
