@@ -295,3 +295,29 @@ def test_roles_on_sqlite_are_bad_input_without_a_traceback(
     code, _, err = _rolloutd(url, monkeypatch, capsys, "db", "roles")
     assert code == 2 and "roles need Postgres" in err
     assert not (tmp_path / "r.db").exists()
+
+
+@pytest.mark.postgres
+def test_the_web_view_serves_every_page_as_the_viewer(
+    roled: Roled,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """The web view needs no more than SELECT: each of its pages answers 200 on a session
+    logged in as the viewer role, which may write nothing."""
+    from datetime import UTC, datetime
+
+    from rolloutd.web.server import WebView
+
+    assert _roles(roled, monkeypatch, capsys, "--login")[0] == 0
+    rollout_id = _started(roled, tmp_path, monkeypatch, capsys)
+    engine = make_engine(roled.url_as("viewer"))
+    try:
+        view = WebView(
+            session_factory(engine), host="127.0.0.1", token=None, clock=lambda: datetime.now(UTC)
+        )
+        for path in ("/", "/version", f"/rollouts/{rollout_id}", f"/rollouts/{rollout_id}/version"):
+            assert view.handle(path, "", {}).status == 200, path
+    finally:
+        engine.dispose()
