@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 import yaml
 from pydantic import ValidationError
 
+from rolloutd.core.actors import acting
 from rolloutd.core.machine import refusal
 from rolloutd.core.plan import Plan
 from rolloutd.core.progress import Progress, State
@@ -76,10 +77,11 @@ def admission_problems(session: Session, plan: Plan, *, skip_drill: bool = False
 
 def record_skipped_drill(
     session: Session, rollout_id: int, *, reason: str, actor: str, now: datetime
-) -> None:
-    """Keep ``--skip-drill`` in the audit log and alert about it (the daemon sends it)."""
+) -> str:
+    """Keep ``--skip-drill`` in the audit log; returns what the alert about it says."""
     detail = f"started without a passed staging drill by {actor}: {reason}"
-    _record_override(session, rollout_id, "drill_skipped", "skip_drill", detail, reason, now, actor)
+    _record_override(session, rollout_id, "drill_skipped", detail, reason, now, actor)
+    return detail
 
 
 def record_forced_preflight(
@@ -90,27 +92,29 @@ def record_forced_preflight(
     absent: list[str],
     actor: str,
     now: datetime,
-) -> None:
-    """Keep ``start --force`` over an absent first-step signal in the audit log, and alert."""
+) -> str:
+    """Keep ``start --force`` over an absent first-step signal in the audit log; returns what
+    the alert about it says."""
     detail = (
         f"started by {actor} although these gates cannot be judged: {'; '.join(absent)}: {reason}"
     )
-    _record_override(
-        session, rollout_id, "preflight_forced", "preflight_forced", detail, reason, now, actor
-    )
+    _record_override(session, rollout_id, "preflight_forced", detail, reason, now, actor)
+    return detail
 
 
 def _record_override(
     session: Session,
     rollout_id: int,
     kind: str,
-    topic: str,
     detail: str,
     reason: str,
     now: datetime,
     actor: str,
 ) -> None:
-    """An operator's override of a start check: an event, and a warning to the team."""
+    """An operator's override of a start check, as an event. The warning to the team goes
+    straight to the alert outbox (:func:`rolloutd.alerts.enqueue.enqueue_rollout_alert`), not
+    through the leader's intent log: the operator's role may not add actions, which the
+    leader performs (deploys among them)."""
     from rolloutd.store import queries
 
     queries.append_event(
@@ -120,23 +124,6 @@ def _record_override(
         actor=actor,
         detail=detail,
         data={"reason": reason},
-        now=now,
-    )
-    queries.enqueue_actions(
-        session,
-        rollout_id=rollout_id,
-        actions=[
-            (
-                f"alert/{topic}",
-                "alert",
-                {
-                    "topic": topic,
-                    "severity": "warning",
-                    "text": f"Rollout {rollout_id} {detail}",
-                    "reason": reason,
-                },
-            )
-        ],
         now=now,
     )
 
@@ -161,7 +148,8 @@ def submit_command(
 
     # Locked, so that of two identical commands sent at once one is queued (Postgres; SQLite
     # has one writer at a time anyway).
-    rollout = queries.get_rollout(session, rollout_id, for_update=True)
+    queries.lock_submissions(session, rollout_id)
+    rollout = queries.get_rollout(session, rollout_id)
     plan = plan_of(rollout)
     why = refusal(plan, Progress.from_storage(rollout.progress), kind, full=full)
     if why is not None:
@@ -171,7 +159,7 @@ def submit_command(
         if waiting.kind == kind and waiting.args == args:
             # The same request again (a retried script, a second operator): one is enough.
             return Submitted(waiting.id, queued=False)
-    command_id = queries.add_command(
+    queued = queries.add_command(
         session,
         rollout_id=rollout_id,
         kind=kind,
@@ -182,9 +170,15 @@ def submit_command(
     )
     detail = f"{kind}{' --full' if full else ''} requested" + (f": {reason}" if reason else "")
     queries.append_event(
-        session, rollout_id=rollout_id, kind="command", actor=actor, detail=detail, now=now
+        session,
+        rollout_id=rollout_id,
+        kind="command",
+        actor=acting(actor, queued.db_role),
+        detail=detail,
+        data={"command": queued.id, "claimed": actor, "db_role": queued.db_role},
+        now=now,
     )
-    return Submitted(command_id, queued=True)
+    return Submitted(queued.id, queued=True)
 
 
 class Submitted(NamedTuple):

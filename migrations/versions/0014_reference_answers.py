@@ -19,7 +19,7 @@ from alembic import op
 from migrations import ddl
 
 revision: str = "0014"
-down_revision: str | None = "0012"
+down_revision: str | None = "0013"
 
 _CALL_OUTCOMES = (
     "'correct', 'format', 'wrong_value', 'schema_violation', 'wrong_tool', 'no_call', "

@@ -265,10 +265,12 @@ def drill_command(plan_file: str, environment: str, output: str) -> None:
       rolloutctl drill config/plans/atlas-70b-staging.yaml --env staging
     """
     from rolloutd.alerts.enqueue import enqueue_plan_alert
+    from rolloutd.core.actors import acting
     from rolloutd.deploy.catalog import file_problems, get_set
     from rolloutd.deploy.drills import finish_drill, run_drill, start_drill
     from rolloutd.deploy.executors import build_executor
     from rolloutd.planfile import load_plan
+    from rolloutd.store.roles import current_role
 
     loaded = load_plan(plan_file)
     plan = loaded.plan
@@ -291,7 +293,8 @@ def drill_command(plan_file: str, environment: str, output: str) -> None:
     if problems:
         raise Refused("; ".join(problems))
     with database() as session:
-        drill_id = start_drill(session, plan, stable, canary, actor=operator_name(), now=_now())
+        actor = acting(operator_name(), current_role(session))
+        drill_id = start_drill(session, plan, stable, canary, actor=actor, now=_now())
     say = (lambda step: None) if output == "json" else _say_step
     outcome = run_drill(plan, stable, canary, executor, on_step=say)
     with database() as session:

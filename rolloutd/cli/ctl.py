@@ -219,6 +219,8 @@ def start(file: str, skip_drill: bool, force: bool, reason: str | None, output: 
       rolloutctl start plan.yaml --skip-drill --reason "hotfix, staging is down (INC-42)"
       rolloutctl start plan.yaml --force --reason "gateway metrics land with this release"
     """
+    from rolloutd.alerts.enqueue import enqueue_rollout_alert
+    from rolloutd.core.actors import acting
     from rolloutd.deploy.catalog import file_problems, find_set
     from rolloutd.errors import Refused
     from rolloutd.operations import (
@@ -228,6 +230,8 @@ def start(file: str, skip_drill: bool, force: bool, reason: str | None, output: 
         start_rollout,
     )
     from rolloutd.planfile import load_plan
+    from rolloutd.store.queries import get_rollout
+    from rolloutd.store.roles import current_role
 
     if (skip_drill or force) and not (reason or "").strip():
         flag = "--skip-drill" if skip_drill else "--force"
@@ -251,18 +255,33 @@ def start(file: str, skip_drill: bool, force: bool, reason: str | None, output: 
         problems = admission_problems(session, plan, skip_drill=skip_drill)
         if problems:  # a set or drill changed meanwhile
             raise Refused(f"{file}: cannot start: " + "; ".join(problems))
-        rollout_id = start_rollout(session, loaded, actor=operator_name(), now=_now())
+        actor = acting(operator_name(), current_role(session))
+        rollout_id = start_rollout(session, loaded, actor=actor, now=_now())
+        overrides: list[tuple[str, str]] = []
         if skip_drill and reason:
-            record_skipped_drill(
-                session, rollout_id, reason=reason.strip(), actor=operator_name(), now=_now()
+            said = record_skipped_drill(
+                session, rollout_id, reason=reason.strip(), actor=actor, now=_now()
             )
+            overrides.append(("skip_drill", said))
         if forced and reason:
-            record_forced_preflight(
+            said = record_forced_preflight(
                 session,
                 rollout_id,
                 reason=reason.strip(),
                 absent=forced,
-                actor=operator_name(),
+                actor=actor,
+                now=_now(),
+            )
+            overrides.append(("preflight_forced", said))
+        for topic, said in overrides:
+            enqueue_rollout_alert(
+                session,
+                get_rollout(session, rollout_id),
+                key=f"alert/{topic}",
+                topic=topic,
+                severity="warning",
+                text=f"Rollout {rollout_id} {said}",
+                data={"reason": reason.strip() if reason else ""},
                 now=_now(),
             )
     emit(

@@ -3,6 +3,7 @@
 \b
 rolloutd db upgrade   bring the schema to the revision this version needs
 rolloutd db compact   compact the evaluations of rollouts that ended long ago
+rolloutd db roles     create the viewer, operator and daemon roles (Postgres), or --check them
 rolloutd run          lead (or stand by) and drive every active rollout
 """
 
@@ -122,6 +123,84 @@ def compact(retention: str | None, dry_run: bool, output: str) -> None:
             f"{summary['rollouts']} rollouts that ended before {summary['cutoff']} had "
             f"evaluations to compact: {verb} {summary['deleted']}, kept {summary['kept']}"
         )
+
+
+@db.command()
+@click.option(
+    "--prefix",
+    default="rolloutd",
+    show_default=True,
+    envvar="ROLLOUTD_ROLE_PREFIX",
+    help="Roles are PREFIX_viewer, PREFIX_operator and PREFIX_daemon (env ROLLOUTD_ROLE_PREFIX).",
+)
+@click.option("--check", is_flag=True, help="Change nothing; exit 1 unless every role is right.")
+@click.option(
+    "--login",
+    is_flag=True,
+    help="Let the roles log in (set their passwords apart, e.g. with psql's \\password).",
+)
+@OUTPUT
+def roles(prefix: str, check: bool, login: bool, output: str) -> None:
+    """Create least-privilege Postgres roles and grant them exactly what they need, or --check.
+
+    \b
+    PREFIX_viewer    SELECT on every rolloutd table: status, list, history, web view, reports
+    PREFIX_operator  viewer, plus INSERT on commands, events, rollouts (start), artefact_sets
+                     (pin), drills, deploy_records, alert_outbox and their id sequences, and
+                     UPDATE of drills(result, finished_at, reason, detail); never UPDATE on
+                     rollouts, actions or leases, never DELETE
+    PREFIX_daemon    owns every table and sequence: runs migrations and the leader
+
+    Safe to run again: what is right is left alone, an extra grant is revoked. Run it as
+    a superuser (or the database owner with CREATEROLE) after `rolloutd db upgrade`, and
+    again after each upgrade. Exit 1 when a role is still not right (--check: when any is).
+    Postgres only. No password is ever read or printed: with --login, set them with
+    ALTER ROLE ... PASSWORD in psql (\\password), or use peer or certificate authentication.
+
+    \b
+    Examples:
+      ROLLOUTD_DATABASE_URL=postgresql://postgres@db.internal/rolloutd rolloutd db roles
+      rolloutd db roles --login --prefix atlas
+      rolloutd db roles --check --output json
+    """
+    from rolloutd.settings import load_settings
+    from rolloutd.store.db import check_revision, describe, make_engine, translate_connect_errors
+    from rolloutd.store.roles import RoleNames, check_roles, converge_roles, require_postgres
+
+    names = RoleNames.of(prefix)
+    url = load_settings().database_url.get_secret_value()
+    engine = make_engine(url)
+    try:
+        require_postgres(engine.dialect.name)
+        check_revision(engine)
+        with translate_connect_errors(engine.url), engine.begin() as connection:
+            changes = [] if check else converge_roles(connection, names, login=login)
+            problems = check_roles(connection, names)
+    finally:
+        engine.dispose()
+    done = [c for c in changes if c.done]
+    data = {
+        "database": describe(url),
+        "roles": names.all(),
+        "check": check,
+        "changed": [c.as_dict() for c in done],
+        "already": len(changes) - len(done),
+        "problems": [p.as_dict() for p in problems],
+        "ok": not problems,
+    }
+    if output == "json":
+        click.echo(json.dumps(data, indent=2))
+    else:
+        for change in done:
+            click.echo(f"{change.role}: {change.action} {change.what}")
+        if not check:
+            click.echo(f"{len(done)} changed, {data['already']} already in place")
+        for problem in problems:
+            click.echo(f"not right: {problem}", err=True)
+        if not problems:
+            click.echo(f"roles {', '.join(names.all().values())}: as expected on {describe(url)}")
+    if problems:
+        sys.exit(1)
 
 
 @cli.command()

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from datetime import datetime
-from typing import Any, Final, Literal, TypedDict, Unpack
+from typing import Any, Final, Literal, NamedTuple, TypedDict, Unpack
 
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session
@@ -19,6 +19,8 @@ from rolloutd.store.models import Command, Rollout
 from rolloutd.store.writes import add_row
 
 COMMANDS_CHANNEL: Final = "rolloutd_commands"
+SUBMIT_LOCK_CLASS: Final = 0x524F4C4C
+"""The first key of the advisory locks :func:`lock_submissions` takes ("ROLL")."""
 
 CommandKind = Literal["promote", "abort", "pause", "resume"]
 CommandOutcome = Literal["applied", "rejected"]
@@ -34,9 +36,22 @@ class NewCommand(TypedDict):
     reason: str | None
 
 
-def add_command(session: Session, *, now: datetime, **command: Unpack[NewCommand]) -> int:
-    """Queue a command for the leader and return its id; the NOTIFY payload is the rollout id.
+def lock_submissions(session: Session, rollout_id: int) -> None:
+    """Hold the submitters of commands to ``rollout_id`` one at a time until the transaction
+    ends, so that of two identical commands sent at once one is queued.
 
+    An advisory lock, not ``SELECT ... FOR UPDATE`` on the rollout: that needs UPDATE on
+    ``rollouts``, which the operator role must not have. SQLite has one writer at a time.
+    """
+    if session.get_bind().dialect.name == "postgresql":
+        session.execute(select(func.pg_advisory_xact_lock(SUBMIT_LOCK_CLASS, rollout_id)))
+
+
+def add_command(session: Session, *, now: datetime, **command: Unpack[NewCommand]) -> QueuedCommand:
+    """Queue a command for the leader; the NOTIFY payload is the rollout id.
+
+    :returns: its id, and the database role the database recorded as inserting it (None on
+        SQLite).
     :raises NotFound: when there is no such rollout.
     """
     rollout_id = command["rollout_id"]
@@ -45,7 +60,14 @@ def add_command(session: Session, *, now: datetime, **command: Unpack[NewCommand
     row = add_row(session, Command(**command, created_at=now, status="pending"))
     if session.get_bind().dialect.name == "postgresql":
         session.execute(select(func.pg_notify(COMMANDS_CHANNEL, str(rollout_id))))
-    return row.id
+    return QueuedCommand(row.id, row.db_role)
+
+
+class QueuedCommand(NamedTuple):
+    """A command row just written: its id and the role the database says inserted it."""
+
+    id: int
+    db_role: str | None
 
 
 def pending_commands(session: Session, rollout_id: int) -> list[Command]:

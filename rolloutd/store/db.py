@@ -21,9 +21,15 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from sqlalchemy import URL, Engine, create_engine, event, inspect, make_url, text
-from sqlalchemy.exc import ArgumentError, InterfaceError, OperationalError
+from sqlalchemy.exc import ArgumentError, InterfaceError, OperationalError, ProgrammingError
 
-from rolloutd.errors import BadInput, DatabaseUnavailable, PermanentError, SchemaOutOfDate
+from rolloutd.errors import (
+    BadInput,
+    DatabaseUnavailable,
+    PermanentError,
+    Refused,
+    SchemaOutOfDate,
+)
 from rolloutd.store.schema import SCHEMA_REVISION
 
 if TYPE_CHECKING:
@@ -178,13 +184,24 @@ def translate_connect_errors(url: str | URL) -> Iterator[None]:
     """Turn a failure to reach the database inside the block into :class:`DatabaseUnavailable`.
 
     Connection failures (no statement yet, or the connection was lost) and an SQLite file that
-    stayed locked past the busy timeout become "unavailable", which callers retry. Errors of a
-    statement on a live connection (a constraint, a syntax error) pass through unchanged.
+    stayed locked past the busy timeout become "unavailable", which callers retry. A statement
+    the connected role has no privilege for is refused. Other errors of a statement on a live
+    connection (a constraint, a syntax error) pass through unchanged.
 
     :raises DatabaseUnavailable: naming the host, never the password.
+    :raises Refused: when the role may not do what was asked (Postgres 42501).
     """
     try:
         yield
+    except ProgrammingError as exc:
+        if getattr(exc.orig, "sqlstate", None) != _INSUFFICIENT_PRIVILEGE:
+            raise
+        # The role connected as may not do this (rolloutd db roles): say so in one line,
+        # without the statement.
+        reason = str(exc.orig).strip().splitlines()[0]
+        raise Refused(
+            f"the database at {describe(url)} refused: {reason} (see rolloutd db roles)"
+        ) from None
     except (OperationalError, InterfaceError) as exc:
         connecting = exc.statement is None or exc.connection_invalidated
         if not (connecting or _sqlite_busy(exc)):
@@ -205,6 +222,7 @@ def lock_timed_out(exc: BaseException) -> bool:
 
 
 _LOCK_NOT_AVAILABLE = "55P03"
+_INSUFFICIENT_PRIVILEGE = "42501"
 
 
 def _sqlite_busy(exc: OperationalError | InterfaceError) -> bool:

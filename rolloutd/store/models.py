@@ -19,6 +19,7 @@ from sqlalchemy import (
     JSON,
     CheckConstraint,
     Double,
+    FetchedValue,
     ForeignKey,
     Index,
     MetaData,
@@ -185,6 +186,10 @@ class Command(Base):
     kind: Mapped[str] = mapped_column(String(20))
     args: Mapped[dict[str, Any]]
     actor: Mapped[str] = mapped_column(String(200))
+    """Who ``rolloutctl`` says is acting (``SUDO_USER`` or the OS user): claimed, not proven."""
+    db_role: Mapped[str | None] = mapped_column(String(200), server_default=FetchedValue())
+    """The database role that inserted the row, written by the database itself on Postgres
+    (migration 0013: a default and a trigger, so no client can choose it); NULL on SQLite."""
     reason: Mapped[str | None]
     created_at: Mapped[datetime]
     status: Mapped[str] = mapped_column(String(20))

@@ -31,6 +31,7 @@ from rolloutd.store.commands import (
     CommandOutcome,
     add_command,
     finish_command,
+    lock_submissions,
     pending_commands,
     pending_commands_of,
 )
@@ -81,6 +82,7 @@ __all__ = [
     "list_events",
     "list_rollouts",
     "list_steps",
+    "lock_submissions",
     "newest_evaluations",
     "open_actions",
     "pending_actions",

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import json
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import pytest
+import yaml
 from sqlalchemy import select
 
 from rolloutd.core.progress import Progress
@@ -14,6 +16,8 @@ from rolloutd.operations import start_rollout
 from rolloutd.planfile import parse_plan
 from rolloutd.store import queries
 from rolloutd.store.models import Action
+from rolloutd.store.outbox_models import OutboxMessage
+from rolloutd.store.roles import current_role
 from tests.cli import Ctl, imported_by
 from tests.deploy.helpers import pin_and_drill
 from tests.plans import example_plan
@@ -171,18 +175,21 @@ def test_start_is_refused_while_the_service_has_an_active_rollout(ctl: Ctl, tmp_
 def test_commands_are_written_with_actor_and_reason(
     ctl: Ctl, store: StoreHandle, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """abort writes a command row with the operator's name and reason, and an audit event."""
+    """abort writes a command row with the operator's name and reason, and an audit event;
+    on Postgres the history names the database role beside the claimed name."""
     monkeypatch.setenv("SUDO_USER", "alice")
     rollout_id = ctl.json("start", str(EXAMPLE))["id"]
     result = ctl.json("abort", str(rollout_id), "--reason", "tool args wrong")
     with store.sessions() as session:
         (command,) = queries.pending_commands(session, rollout_id)
+        role = current_role(session)
     assert (command.id, command.kind, command.actor) == (result["command"], "abort", "alice")
-    assert command.reason == "tool args wrong"
+    assert command.reason == "tool args wrong" and command.db_role == role
+    shown = "alice" if role is None else f"alice (as db role {role})"
     history = ctl.json("history", str(rollout_id))
     assert [(e["kind"], e["actor"]) for e in history] == [
-        ("created", "alice"),
-        ("command", "alice"),
+        ("created", shown),
+        ("command", shown),
     ]
     assert "tool args wrong" in history[-1]["detail"]
 
@@ -426,22 +433,27 @@ def test_skip_drill_starts_and_is_audited_and_alerted(
     bare_ctl: Ctl, store: StoreHandle, tmp_path: Path
 ) -> None:
     """--skip-drill needs a reason; with one, the rollout starts, the audit log says who
-    and why, and a skip_drill alert is queued for the daemon."""
+    and why, and a skip_drill alert goes to the plan's channels through the outbox (not the
+    leader's intent log, where an operator may not write)."""
     with store.sessions.begin() as session:
         pin_and_drill(session, example_plan(), tmp_path, drill=None)
-    code, _, err = bare_ctl("start", str(EXAMPLE), "--skip-drill")
+    data = yaml.safe_load(EXAMPLE.read_text())
+    data["alerts"] = {"channels": {"ops": {"webhook_env": "SLACK_WEBHOOK_OPS"}}, "default": ["ops"]}
+    plan = tmp_path / "alerting.yaml"
+    plan.write_text(yaml.safe_dump(data))
+    code, _, err = bare_ctl("start", str(plan), "--skip-drill")
     assert code == 2 and "--reason: required with --skip-drill" in err
     rollout_id = bare_ctl.json(
-        "start", str(EXAMPLE), "--skip-drill", "--reason", "INC-42 hotfix", "-o", "json"
+        "start", str(plan), "--skip-drill", "--reason", "INC-42 hotfix", "-o", "json"
     )["id"]
     history = bare_ctl.json("history", str(rollout_id), "-o", "json")
     skipped = [e for e in history if e["kind"] == "drill_skipped"]
     assert len(skipped) == 1 and "INC-42 hotfix" in skipped[0]["detail"]
     with store.sessions.begin() as session:
-        alert = session.scalars(
-            select(Action).where(Action.rollout_id == rollout_id, Action.key == "alert/skip_drill")
-        ).one()
-    assert alert.payload["topic"] == "skip_drill" and alert.status == "pending"
+        (alert,) = session.scalars(select(OutboxMessage)).all()
+        assert session.scalars(select(Action)).all() == []
+    assert (alert.topic, alert.severity, alert.rollout_id) == ("skip_drill", "warning", rollout_id)
+    assert "INC-42 hotfix" in json.dumps(alert.message)
 
 
 def test_an_unpinned_set_or_changed_files_refuse_the_start(

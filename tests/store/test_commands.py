@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING
 
 import psycopg
 import pytest
+from sqlalchemy import select, text, update
 from sqlalchemy.orm import Session
 
 from rolloutd.errors import NotFound, Refused
@@ -34,7 +35,7 @@ def test_pending_commands_are_oldest_first_until_finished(session: Session) -> N
         actor="bob",
         reason="investigating p95",
         now=T0 + timedelta(minutes=2),
-    )
+    ).id
     promote = add_command(
         session,
         rollout_id=rollout_id,
@@ -43,7 +44,7 @@ def test_pending_commands_are_oldest_first_until_finished(session: Session) -> N
         actor="alice",
         reason=None,
         now=T0 + timedelta(minutes=3),
-    )
+    ).id
     session.commit()
     assert [c.id for c in pending_commands(session, rollout_id)] == [pause, promote]
 
@@ -71,7 +72,7 @@ def test_a_command_is_handled_only_once(session: Session) -> None:
     rollout_id = seed_rollout(session)
     command_id = add_command(
         session, rollout_id=rollout_id, kind="abort", args={}, actor="bob", reason="OOM", now=T0
-    )
+    ).id
     finish_command(session, command_id, status="rejected", outcome="already complete", now=T0)
     with pytest.raises(Refused, match=f"command {command_id} was already rejected"):
         finish_command(session, command_id, status="applied", outcome="", now=T0)
@@ -116,3 +117,36 @@ def test_committed_command_wakes_listeners_on_postgres(pg_store: StoreHandle) ->
             session.commit()
         received = list(listener.notifies(timeout=2.0, stop_after=1))
     assert [(n.channel, n.payload) for n in received] == [(COMMANDS_CHANNEL, str(committed))]
+
+
+def test_the_database_records_the_role_that_inserted_a_command(
+    session: Session, db_backend: str
+) -> None:
+    """On Postgres a command row names current_user as its db_role, whatever the client
+    writes into the column, now or later by UPDATE; SQLite has no roles and leaves it NULL."""
+    rollout_id = seed_rollout(session)
+    queued = add_command(
+        session, rollout_id=rollout_id, kind="pause", args={}, actor="root", reason=None, now=T0
+    )
+    role = session.scalar(text("SELECT current_user")) if db_backend == "postgres" else None
+    assert queued.db_role == role
+    forged = Command(
+        rollout_id=rollout_id,
+        kind="abort",
+        args={},
+        actor="root",
+        db_role="rolloutd_daemon",
+        reason=None,
+        created_at=T0,
+        status="pending",
+    )
+    session.add(forged)
+    session.flush()
+    session.execute(update(Command).values(db_role="someone_else"))
+    session.expire_all()
+    stored = {c.id: c.db_role for c in session.scalars(select(Command))}
+    if db_backend == "postgres":
+        assert stored == {queued.id: role, forged.id: role}
+    else:
+        # No roles, nothing to enforce: SQLite keeps what it is given.
+        assert stored[queued.id] == "someone_else"

@@ -241,3 +241,71 @@ def test_a_slack_message_links_to_the_rollouts_page_when_the_view_has_an_address
     )
     assert with_page_link(message, 7, None) == message
     assert with_page_link(message, None, "https://rolloutd.example") == message
+
+
+@pytest.mark.parametrize("method", ["POST", "PUT", "PATCH", "DELETE"])
+def test_no_request_method_but_get_is_answered_so_nothing_can_write(
+    exposed: str, store: StoreHandle, lived: Harness, method: str
+) -> None:
+    """With the token, a POST, PUT, PATCH or DELETE to any page is not implemented (501) and
+    the rollout's audit log is what it was: the view has no route that writes."""
+    with store.sessions() as session:
+        before = len(queries.list_events(session, lived.rollout_id))
+    request = urllib.request.Request(
+        f"{exposed}/rollouts/{lived.rollout_id}",
+        data=b"state=aborted",
+        method=method,
+        headers={"Authorization": f"Bearer {TOKEN}"},
+    )
+    with pytest.raises(urllib.error.HTTPError) as answered:
+        urllib.request.urlopen(request, timeout=10)
+    assert answered.value.code == 501
+    with store.sessions() as session:
+        assert len(queries.list_events(session, lived.rollout_id)) == before
+
+
+def test_the_token_is_compared_in_constant_time(
+    store: StoreHandle, lived: Harness, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Every token the view is given, as a bearer, a cookie or in the query, is checked with
+    hmac.compare_digest, never with ==."""
+    import hmac
+
+    from rolloutd.web import server
+
+    compared: list[bytes] = []
+    real = hmac.compare_digest
+
+    def spy(given: bytes, expected: bytes) -> bool:
+        compared.append(given)
+        return real(given, expected)
+
+    monkeypatch.setattr(server.hmac, "compare_digest", spy)
+    view = WebView(store.sessions, host="10.1.2.3", token=TOKEN, clock=lived.clock)
+    assert view.handle("/", "", {"authorization": f"Bearer {TOKEN}"}).status == 200
+    assert view.handle("/", "", {"cookie": "rolloutd_ui=nope"}).status == 401
+    assert view.handle("/", f"token={TOKEN}", {}).status == 303
+    assert compared == [TOKEN.encode(), b"nope", TOKEN.encode()]
+
+
+def test_a_failing_page_logs_neither_the_token_nor_the_query(exposed: str) -> None:
+    """Requests are not logged; a page that fails is logged by its path alone, so a token
+    given in the query string (or any other argument) never reaches the log."""
+    from structlog.testing import capture_logs
+
+    def failing(path: str, query: str, headers: dict[str, str]) -> Any:
+        raise RuntimeError("the page broke")
+
+    server = HealthServer("127.0.0.1", 0, lambda: (True, {}), web=failing)
+    server.start()
+    try:
+        with capture_logs() as logs:
+            status, _, _ = _get(
+                f"http://127.0.0.1:{server.port}/rollouts/1?token={TOKEN}&service=x",
+                {"Authorization": f"Bearer {TOKEN}"},
+            )
+    finally:
+        server.stop()
+    assert status == 500
+    assert [entry["event"] for entry in logs] == ["web view failed"]
+    assert TOKEN not in json.dumps(logs, default=str) and "service=x" not in json.dumps(logs)
