@@ -148,7 +148,9 @@ executor: {{kind: none, reason: "the demo's vLLM boxes are simulated in-process"
 
 interval: 200ms
 trigger_interval: 200ms
-limits: {{max_inconclusive: 40, on_inconclusive: pause, progress_deadline: 24h}}
+# A matched-load pass waits until the requests compared could show a canary twice as often
+# slow: on a busy machine the simulated boxes serve fewer, so the deadline leaves room.
+limits: {{max_inconclusive: 40, on_inconclusive: pause, progress_deadline: 96h}}
 
 gates:
   # At 5% box-b carries a twentieth of box-a's load: judged at matched concurrency.
