@@ -117,6 +117,7 @@ class Leadership:
         :raises RolloutdError: the database cannot be reached.
         :raises StoreError: any other database error, or a lock held past our lease.
         """
+        ended_stale = False
         while True:
             now = self.wall()
             try:
@@ -132,6 +133,10 @@ class Leadership:
                 return held
             except StoreError as exc:
                 current = self.held
+                if current is None and lock_timed_out(exc) and not ended_stale:
+                    ended_stale = self._end_stale_holders()
+                    if ended_stale:
+                        continue  # the expired leader's transaction is gone: take the lease
                 if (
                     current is None
                     or not lock_timed_out(exc)
@@ -144,6 +149,20 @@ class Leadership:
                     epoch=current.epoch,
                     lease_left_s=round((current.expires_at - self.wall()).total_seconds(), 1),
                 )
+
+    def _end_stale_holders(self) -> bool:
+        """After a takeover waited on a lock: end the sessions of a leader whose lease expired
+        while its write transaction held the row (see :func:`lease.end_stale_holders`);
+        whether any was ended."""
+        with transaction(self.sessions) as session:
+            ended = lease.end_stale_holders(session, now=self.wall())
+        if ended:
+            log.warning(
+                "ended the database sessions of a leader whose lease expired inside a write",
+                pids=ended,
+                instance=self.instance,
+            )
+        return bool(ended)
 
     def release(self) -> None:
         """Give the lease up at once, so a standby need not wait for it to expire; a lease

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import TypeAlias
 
-from sqlalchemy import ColumnElement, and_, exists, or_, select, update
+from sqlalchemy import ColumnElement, and_, exists, or_, select, text, update
 from sqlalchemy.orm import Session
 
 from rolloutd.store.models import Lease
@@ -86,6 +86,40 @@ def release(session: Session, held: Held, *, now: datetime) -> bool:
     """
     result = session.execute(update(Lease).where(_live(held, now)).values(expires_at=now))
     return rowcount(result) == 1
+
+
+def end_stale_holders(session: Session, *, now: datetime, name: str = LEADER) -> list[int]:
+    """End the Postgres sessions whose transactions still lock the lease row after it
+    expired; returns their process ids (none on SQLite, or while the lease is live).
+
+    A leader frozen inside a write transaction (SIGSTOP, a stalled VM) keeps its FOR KEY
+    SHARE lock on the row, and a standby's takeover waits on it. Postgres ends such a
+    session by itself only when it is idle in its transaction; frozen halfway through a
+    pipeline of statements it is *active*, waiting for the rest, and no timeout applies.
+    Its lease has expired, so nothing it would still write may land: ending its session
+    rolls its transaction back, which is exactly what the fence promises.
+    """
+    bind = session.get_bind()
+    if bind.dialect.name != "postgresql":
+        return []
+    expires_at = session.scalar(select(Lease.expires_at).where(Lease.name == name))
+    if expires_at is None or expires_at > now:
+        return []
+    # FOR KEY SHARE holds a RowShareLock on the table for the rest of its transaction; a
+    # takeover or a renewal (UPDATE) holds RowExclusiveLock and is no leader's write.
+    holders = session.scalars(
+        text(
+            "SELECT DISTINCT pid FROM pg_locks WHERE locktype = 'relation'"
+            " AND relation = CAST(:table AS regclass) AND mode = 'RowShareLock' AND granted"
+            " AND pid <> pg_backend_pid()"
+        ),
+        {"table": Lease.__tablename__},
+    ).all()
+    return [
+        pid
+        for pid in holders
+        if session.scalar(text("SELECT pg_terminate_backend(:pid)"), {"pid": pid})
+    ]
 
 
 def fence(held: Held, *, now: datetime) -> Fence:

@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING
 
 import pytest
 from sqlalchemy import select, text, update
+from sqlalchemy.exc import OperationalError
 
 from rolloutd.store import lease
 from rolloutd.store.models import Lease
@@ -134,4 +135,38 @@ def test_a_renewal_does_not_wait_for_the_leaders_write_in_flight(pg_store: Store
         assert renewed is not None and renewed.epoch == held.epoch
     finally:
         writing.commit()
+        writing.close()
+
+
+@pytest.mark.postgres
+def test_a_leader_frozen_in_a_write_past_its_lease_is_ended_so_the_takeover_proceeds(
+    pg_store: StoreHandle,
+) -> None:
+    """The leader's write transaction holds the row past the lease's expiry (as a leader
+    frozen halfway through a pipeline of statements does, which no Postgres timeout ends):
+    the standby's takeover times out on the lock, ends that session, and takes the lease;
+    the leader's transaction is rolled back, and nothing is ended while the lease is live."""
+    now = datetime.now(UTC)
+    with pg_store.sessions.begin() as session:
+        held = lease.acquire(session, holder="a", ttl=TTL, now=now)
+    assert held is not None
+    writing = pg_store.sessions()
+    writing.begin()
+    assert lease.hold_for_write(writing, held, now=now)
+    try:
+        with pg_store.sessions.begin() as session:
+            assert lease.end_stale_holders(session, now=now) == []  # live: not stale
+        with pytest.raises(OperationalError), pg_store.sessions.begin() as session:
+            session.execute(text("SET LOCAL lock_timeout = '200ms'"))
+            lease.acquire(session, holder="b", ttl=TTL, now=now + TTL)
+        with pg_store.sessions.begin() as session:
+            ended = lease.end_stale_holders(session, now=now + TTL)
+        assert len(ended) == 1
+        with pg_store.sessions.begin() as session:
+            session.execute(text("SET LOCAL lock_timeout = '5s'"))
+            taken = lease.acquire(session, holder="b", ttl=TTL, now=now + TTL)
+        assert taken is not None and taken.epoch == held.epoch + 1
+        with pytest.raises(OperationalError):
+            writing.execute(text("SELECT 1"))  # its session was ended
+    finally:
         writing.close()
