@@ -18,7 +18,6 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 import yaml
 from pydantic import ValidationError
 
-from rolloutd.core.actors import acting
 from rolloutd.core.machine import refusal
 from rolloutd.core.plan import Plan
 from rolloutd.core.progress import Progress, State
@@ -173,7 +172,7 @@ def submit_command(
         session,
         rollout_id=rollout_id,
         kind="command",
-        actor=acting(actor, queued.db_role),
+        actor=actor,
         detail=detail,
         data={"command": queued.id, "claimed": actor, "db_role": queued.db_role},
         now=now,

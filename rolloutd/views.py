@@ -13,6 +13,7 @@ import threading
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
+from rolloutd.core.actors import acting
 from rolloutd.core.outline import PlanOutline, settled_weight
 from rolloutd.core.progress import Progress, State, derive_state, rollback_outcome
 from rolloutd.store import reads
@@ -226,7 +227,11 @@ def history_view(session: Session, rollout_id: int) -> list[dict[str, Any]]:
 
 
 def _event_view(event: Event) -> dict[str, Any]:
-    return {"at": _iso(event.at), "kind": event.kind, "actor": event.actor, "detail": event.detail}
+    # The actor stored is the name the operator claimed; a command's event also holds the
+    # database role that submitted it, and the log shows both where they differ.
+    role = (event.data or {}).get("db_role") if isinstance(event.data, dict) else None
+    actor = acting(event.actor, role) if isinstance(role, str) else event.actor
+    return {"at": _iso(event.at), "kind": event.kind, "actor": actor, "detail": event.detail}
 
 
 def _iso(value: datetime | None) -> str | None:

@@ -13,6 +13,8 @@ from datetime import datetime
 from enum import StrEnum
 from typing import Any, Literal
 
+from rolloutd.core.actors import acting
+
 
 class Verdict(StrEnum):
     """A gate's judgement. Only PASS may let a step complete."""
@@ -50,6 +52,13 @@ class Command:
     actor: str
     reason: str | None = None
     full: bool = False
+    db_role: str | None = None
+    """The database role that inserted it (Postgres records it; the client cannot choose it)."""
+
+    @property
+    def by(self) -> str:
+        """Who, as the audit log's texts say it: the claimed name, and the role if it differs."""
+        return acting(self.actor, self.db_role)
 
 
 @dataclass(frozen=True)

@@ -212,7 +212,7 @@ class _Tick:
         if abort is not None:
             # Nothing has moved yet, so there is nothing to roll back.
             self.outcomes.append(CommandOutcome(abort.id, True, "aborted before it started"))
-            self.end("aborted", f"aborted by {abort.actor} before it started: {abort.reason}")
+            self.end("aborted", f"aborted by {abort.by} before it started: {abort.reason}")
             return
         if preflight_error is not None:
             self.p = replace(self.p, started_at=self.now)
@@ -245,7 +245,7 @@ class _Tick:
 
     def _abort(self, command: Command) -> str:
         self.start_rollback(
-            f"aborted by {command.actor}: {command.reason}", kind="abort", actor=command.actor
+            f"aborted by {command.by}: {command.reason}", kind="abort", actor=command.actor
         )
         return "rollback started"
 
@@ -644,4 +644,4 @@ def _passed_since(result: GateResult | None, since: datetime) -> bool:
 
 
 def _said(command: Command, what: str) -> str:
-    return f"{what} by {command.actor}" + (f": {command.reason}" if command.reason else "")
+    return f"{what} by {command.by}" + (f": {command.reason}" if command.reason else "")

@@ -13,7 +13,6 @@ from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 from rolloutd.core.actions import Command, GateResult, Verdict
-from rolloutd.core.actors import acting
 from rolloutd.core.plan import Plan
 from rolloutd.core.progress import Progress
 from rolloutd.gates.base import Evaluation
@@ -30,7 +29,8 @@ def command_of(row: Any) -> Command:
     return Command(
         id=row.id,
         kind=row.kind,
-        actor=acting(row.actor, row.db_role),
+        actor=row.actor,
+        db_role=row.db_role,
         reason=row.reason,
         full=bool((row.args or {}).get("full")),
     )
