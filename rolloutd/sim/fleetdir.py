@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import json
 import os
+import textwrap
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -197,9 +198,15 @@ def copy_companions(data: Mapping[str, Any], original: Path, copy: Path, root: P
 
 def write_plan(path: Path, original: Path, plan: Mapping[str, Any]) -> None:
     """Write ``plan`` as YAML to ``path``, under a comment naming its original."""
+    changed = textwrap.fill(
+        f"Changed: {', '.join(SIM_FIELDS)}; everything else is the original's.",
+        width=90,
+        initial_indent="# ",
+        subsequent_indent="# ",
+    )
     note = (
         f"# {original} pointed at the simulated fleet (rolloutctl sim fleet).\n"
-        f"# Changed: {', '.join(SIM_FIELDS)}; everything else is the original's.\n"
+        f"{changed}\n"
         "# The file metrics source carries a value and a sample count per signal: gates that\n"
         "# need histogram buckets or both pools' counts (latency, compare) stay inconclusive.\n"
     )
