@@ -203,7 +203,8 @@ def plan_of(rollout: Rollout | reads.RolloutRow) -> Plan:
         if plan is not None:
             _plans.move_to_end(rollout.plan_hash)
             return plan
-    plan = parse_plan(rollout.plan_source, f"the plan stored with rollout {rollout.id}").plan
+    source = f"the plan stored with rollout {rollout.id}"
+    plan = parse_plan(rollout.plan_source, source, beside=False).plan
     with _plans_lock:
         _plans[rollout.plan_hash] = plan
         while len(_plans) > PLAN_CACHE_SIZE:

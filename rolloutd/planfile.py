@@ -55,8 +55,13 @@ def load_plan(path: str | Path) -> LoadedPlan:
     return parse_plan(text, str(path))
 
 
-def parse_plan(text: str, source: str = "<plan>") -> LoadedPlan:
+def parse_plan(text: str, source: str = "<plan>", *, beside: bool = True) -> LoadedPlan:
     """Parse and validate plan ``text``; ``source`` names it in messages.
+
+    ``beside=False`` skips the files the plan names relative to its own file (a vLLM
+    capacity section's server YAML and model config): a plan stored with a rollout was
+    checked with them at start, and whoever re-reads it has no plan file to resolve them
+    against.
 
     :raises BadInput: with one problem per broken rule.
     """
@@ -68,7 +73,7 @@ def parse_plan(text: str, source: str = "<plan>") -> LoadedPlan:
     problems = [_as_written(source, path, message) for path, message in plan_problems(plan)]
     if problems:
         raise BadInput(problems)
-    vllm_problems, vllm_warnings = _vllm_capacity(plan, source)
+    vllm_problems, vllm_warnings = _vllm_capacity(plan, source) if beside else ([], [])
     if vllm_problems:
         raise BadInput(vllm_problems)
     templates = _check_templates(plan, source)

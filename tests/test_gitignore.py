@@ -20,6 +20,8 @@ ROOT = Path(__file__).resolve().parents[1]
         "rollout-7.html",  # rolloutctl report 7 --html, its default name
         "live.jsonl",  # rolloutctl suite sample ... --out live.jsonl
         "sim/fleet.env",  # rolloutctl sim fleet --dir sim
+        "sim-support/fleet.env",  # rolloutctl sim fleet --deployment support-70b --dir sim-support
+        "try-support.db",
     ],
 )
 def test_a_file_the_walkthrough_writes_is_ignored(written: str) -> None:

@@ -53,17 +53,29 @@ def _atlas_fleet(seed: int) -> Fleet:
 
 # One L40S box is simulated by the reference engine's service model at max_seq_len 8,192:
 # the demo is about the rollout, not the box's capacity (`rolloutctl capacity` is).
-_SUPPORT_ENGINE = dataclasses.replace(
+SUPPORT_ENGINE = dataclasses.replace(
     REFERENCE_STABLE, model="llama-3.1-70b-instruct", max_seq_len=8_192
 )
+SUPPORT_WORKLOAD = Workload(prompt_median=3_000, prompt_p99=4_500, min_turns=2, max_turns=6)
+"""A support turn: the question, five retrieved chunks of ~400 tokens and the conversation
+so far; a few turns a session."""
 
 
-def _support_fleet(seed: int) -> Fleet:
+def support_fleet(
+    seed: int,
+    *,
+    names: tuple[str, str] = ("box-a", "box-b"),
+    time_scale: float = 0.001,
+    restart_delay_s: float = 600.0,
+) -> Fleet:
+    """Two simulated vLLM boxes, ``names`` = (stable, canary); ``rolloutctl sim fleet``
+    serves production's and the staging pair's with these."""
+    stable, canary = names
     specs = [
-        ReplicaSpec("box-a", "stable", "vllm", config=_SUPPORT_ENGINE),
-        ReplicaSpec("box-b", "canary", "vllm", config=_SUPPORT_ENGINE),
+        ReplicaSpec(stable, "stable", "vllm", config=SUPPORT_ENGINE),
+        ReplicaSpec(canary, "canary", "vllm", config=SUPPORT_ENGINE),
     ]
-    return Fleet(specs, seed=seed, restart_delay_s=600.0)
+    return Fleet(specs, seed=seed, time_scale=time_scale, restart_delay_s=restart_delay_s)
 
 
 DEPLOYMENTS: dict[str, Deployment] = {
@@ -88,13 +100,11 @@ DEPLOYMENTS: dict[str, Deployment] = {
             "box-b",
             "vllm",
             {name: dict(SUPPORT_ENGINE_ARGS[name]) for name in SUPPORT_ENGINE_ARGS},
-            _support_fleet,
+            support_fleet,
             support_plan_yaml,
             24,
-            _SUPPORT_ENGINE.model,
-            # A support turn: the question, five retrieved chunks of ~400 tokens and the
-            # conversation so far; a few turns a session.
-            Workload(prompt_median=3_000, prompt_p99=4_500, min_turns=2, max_turns=6),
+            SUPPORT_ENGINE.model,
+            SUPPORT_WORKLOAD,
         ),
     )
 }

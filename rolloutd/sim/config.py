@@ -113,7 +113,8 @@ def parse_triton_config(
 def apply_engine_args(current: EngineConfig, args: Mapping[str, Any]) -> EngineConfig:
     """vLLM-style engine arguments for a restart: ``max_model_len`` (or ``max_seq_len``),
     ``gpu_memory_utilization``, ``paged_kv_cache``, ``queue_timeout_s``, ``artefact_digest``,
-    ``model_path`` (the directory the engine loads, reported as ``root`` by ``/v1/models``).
+    ``model_path`` (the directory the engine loads, reported as ``root`` by ``/v1/models``),
+    ``served_model_name`` (the id ``/v1/models`` shows and requests must name).
 
     :raises ConfigError: an unknown argument or a bad value.
     """
@@ -131,6 +132,10 @@ def apply_engine_args(current: EngineConfig, args: Mapping[str, Any]) -> EngineC
             changes["artefact_digest"] = str(value)
         elif key == "model_path":
             changes["model_path"] = str(value)
+        elif key == "served_model_name":
+            if not str(value):
+                raise ConfigError("served_model_name: expected a name, got an empty one")
+            changes["model"] = str(value)
         else:
             raise ConfigError(f"unknown engine argument {key!r}")
     return dataclasses.replace(current, **changes)

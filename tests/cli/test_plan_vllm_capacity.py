@@ -102,3 +102,23 @@ def test_a_plan_can_state_its_engines_measured_graph_size(ctl: Ctl, tmp_path: Pa
     [result] = ctl.json("plan", "validate", str(write_plan(tmp_path, "0.95", vllm=vllm)))
     assert result["ok"] is True
     assert "gpu-memory-utilization" not in [w["field"] for w in result["warnings"]]
+
+
+def test_a_stored_plan_naming_vllm_files_by_relative_path_parses_anywhere(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The daemon and rolloutctl re-read a rollout's plan from the text stored with it, in
+    their own working directory: the vLLM files the plan names beside itself were checked
+    at start and are not looked for again (every tick and an abort failed on them)."""
+    from types import SimpleNamespace
+    from typing import cast
+
+    from rolloutd.operations import plan_of
+    from rolloutd.planfile import load_plan
+
+    loaded = load_plan(write_plan(tmp_path))
+    monkeypatch.chdir(tmp_path / "vllm")  # where "vllm/server.yaml" names nothing
+    stored = SimpleNamespace(id=7, plan_hash="relative-vllm-files", plan_source=loaded.text)
+    plan = plan_of(cast(Any, stored))
+    assert plan.capacity is not None and plan.capacity.vllm is not None
+    assert plan == loaded.plan
