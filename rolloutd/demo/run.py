@@ -102,11 +102,11 @@ class DemoResult:
 
     scenario: str
     expected: str
-    deployment: str
     state: str
     weight: int
     wall_seconds: float
     rollout_id: int
+    deployment: str = "atlas-70b"
     fault_at: str | None = None
     rollback_cause: str | None = None
     commands: list[str] = field(default_factory=list)
