@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import threading
+from collections.abc import Iterator
+from contextlib import contextmanager, suppress
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING
 
 import pytest
 from sqlalchemy import select, text, update
-from sqlalchemy.exc import OperationalError
+from sqlalchemy.exc import OperationalError, PendingRollbackError
 
 from rolloutd.store import lease
 from rolloutd.store.models import Lease
@@ -16,6 +18,7 @@ from tests.store.locks import wait_for_lock_wait
 
 if TYPE_CHECKING:
     from conftest import StoreHandle
+    from sqlalchemy.orm import Session
 
 T0 = datetime(2026, 3, 2, 9, 0, tzinfo=UTC)
 TTL = timedelta(seconds=15)
@@ -24,6 +27,25 @@ TTL = timedelta(seconds=15)
 def _acquire(store: StoreHandle, holder: str, now: datetime) -> lease.Held | None:
     with store.sessions.begin() as session:
         return lease.acquire(session, holder=holder, ttl=TTL, now=now)
+
+
+@contextmanager
+def _writing(store: StoreHandle) -> Iterator[tuple[lease.Held, Session, datetime]]:
+    """Leader ``a``'s lease, and a write transaction of its holding the row (FOR KEY SHARE),
+    open for the block; it is committed (or found ended) and closed after it."""
+    now = datetime.now(UTC)
+    with store.sessions.begin() as session:
+        held = lease.acquire(session, holder="a", ttl=TTL, now=now)
+    assert held is not None
+    writing = store.sessions()
+    writing.begin()
+    assert lease.hold_for_write(writing, held, now=now)
+    try:
+        yield held, writing, now
+    finally:
+        with suppress(OperationalError, PendingRollbackError):
+            writing.commit()
+        writing.close()
 
 
 def test_only_one_holder_at_a_time(store: StoreHandle) -> None:
@@ -121,21 +143,11 @@ def test_a_takeover_waits_for_the_leaders_write_in_flight(pg_store: StoreHandle)
 def test_a_renewal_does_not_wait_for_the_leaders_write_in_flight(pg_store: StoreHandle) -> None:
     """The renewal moves only the expiry, which is no key: it passes the leader's own write
     lock at once, where a renewal that waited on it lost the lease under write load."""
-    now = datetime.now(UTC)
-    with pg_store.sessions.begin() as session:
-        held = lease.acquire(session, holder="a", ttl=TTL, now=now)
-    assert held is not None
-    writing = pg_store.sessions()
-    writing.begin()
-    assert lease.hold_for_write(writing, held, now=now)
-    try:
+    with _writing(pg_store) as (held, _, now):
         with pg_store.sessions.begin() as session:
             session.execute(text("SET LOCAL lock_timeout = '200ms'"))
             renewed = lease.renew(session, held, ttl=TTL, now=now + timedelta(seconds=5))
         assert renewed is not None and renewed.epoch == held.epoch
-    finally:
-        writing.commit()
-        writing.close()
 
 
 @pytest.mark.postgres
@@ -146,14 +158,7 @@ def test_a_leader_frozen_in_a_write_past_its_lease_is_ended_so_the_takeover_proc
     frozen halfway through a pipeline of statements does, which no Postgres timeout ends):
     the standby's takeover times out on the lock, ends that session, and takes the lease;
     the leader's transaction is rolled back, and nothing is ended while the lease is live."""
-    now = datetime.now(UTC)
-    with pg_store.sessions.begin() as session:
-        held = lease.acquire(session, holder="a", ttl=TTL, now=now)
-    assert held is not None
-    writing = pg_store.sessions()
-    writing.begin()
-    assert lease.hold_for_write(writing, held, now=now)
-    try:
+    with _writing(pg_store) as (held, writing, now):
         with pg_store.sessions.begin() as session:
             assert lease.end_stale_holders(session, now=now) == []  # live: not stale
         with pytest.raises(OperationalError), pg_store.sessions.begin() as session:
@@ -168,5 +173,3 @@ def test_a_leader_frozen_in_a_write_past_its_lease_is_ended_so_the_takeover_proc
         assert taken is not None and taken.epoch == held.epoch + 1
         with pytest.raises(OperationalError):
             writing.execute(text("SELECT 1"))  # its session was ended
-    finally:
-        writing.close()
