@@ -60,6 +60,10 @@ OPERATOR_INSERTS: Final[Mapping[str, str]] = {
     "drills": "rolloutctl drill records the drill as running",
     "deploy_records": "rolloutctl drill keeps what each deploy did",
     "alert_outbox": "the alerts of a drill and of a start with --skip-drill or --force",
+    "suite_runs": "rolloutctl eval stores the runs it made",
+    "suite_case_results": "... with each case's result",
+    "suite_field_results": "... and each field's",
+    "judge_scores": "rolloutctl eval keeps the judge's scores, as the daemon does",
 }
 """The tables the operator role may INSERT into, and why."""
 

@@ -246,6 +246,12 @@ def test_an_operator_submits_but_cannot_rewrite_rollouts_actions_leases_or_event
         f" VALUES ({rollout_id}, 'x', 'deploy', '{{}}', 'pending', 0, now())",
     ):
         assert _denied(url, statement), statement
+    # What `rolloutctl eval` stores (a run, its cases, the judge's scores) is the operator's.
+    with psycopg.connect(url) as connection:
+        connection.execute(
+            "INSERT INTO judge_scores (key, score, judged_at) VALUES ('k', 1.0, now())"
+        )
+        assert connection.execute("SELECT count(*) FROM judge_scores").fetchone() == (1,)
 
 
 @pytest.mark.postgres
