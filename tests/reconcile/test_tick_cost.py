@@ -24,9 +24,9 @@ def test_a_plan_is_parsed_once_per_content_hash_across_a_hundred_ticks(
     the first plan, its text changed only by a comment, parses nothing."""
     parsed: list[str] = []
 
-    def counting(text: str, source: str) -> LoadedPlan:
+    def counting(text: str, source: str, **how: Any) -> LoadedPlan:
         parsed.append(source)
-        return parse_plan(text, source)
+        return parse_plan(text, source, **how)
 
     monkeypatch.setattr(operations, "_plans", type(operations._plans)())
     monkeypatch.setattr(operations, "parse_plan", counting)
