@@ -229,8 +229,8 @@ def history_view(session: Session, rollout_id: int) -> list[dict[str, Any]]:
 def _event_view(event: Event) -> dict[str, Any]:
     # The actor stored is the name the operator claimed; a command's event also holds the
     # database role that submitted it, and the log shows both where they differ.
-    role = (event.data or {}).get("db_role") if isinstance(event.data, dict) else None
-    actor = acting(event.actor, role) if isinstance(role, str) else event.actor
+    role = (event.data or {}).get("db_role")
+    actor = acting(event.actor, role) if role else event.actor
     return {"at": _iso(event.at), "kind": event.kind, "actor": actor, "detail": event.detail}
 
 

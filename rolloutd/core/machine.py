@@ -85,6 +85,11 @@ def state_of(plan: Plan, progress: Progress) -> State:
     return derive_state(progress, awaiting_promotion=step.awaits_promotion())
 
 
+def breaches(plan: Plan, gate: str, verdict: Verdict) -> bool:
+    """Whether ``verdict`` of ``gate`` starts a rollback: a breach, or a trigger's failure."""
+    return verdict is Verdict.BREACH or (gate in plan.rollback.triggers and verdict is Verdict.FAIL)
+
+
 def rollback_kind(triggers: Collection[str], facts: RollbackFacts) -> RollbackKind:
     """What started the rollback: stored since rollbacks were classified, before that read
     from the cause the machine wrote (``triggers``: the plan's rollback triggers)."""
@@ -317,10 +322,7 @@ class _Tick:
                     no_data.pop(gate, None)
                 if result.verdict is Verdict.FAIL and self.plan.gates[gate].kind == "capacity":
                     self.capacity_invalid(gate, result)
-            breached = result.verdict is Verdict.BREACH or (
-                gate in triggers and result.verdict is Verdict.FAIL
-            )
-            if breached:
+            if breaches(self.plan, gate, result.verdict):
                 self.p = replace(
                     self.p, inconclusive_streaks=streaks, no_data_since=no_data, last_seen=seen
                 )

@@ -29,8 +29,8 @@ from typing import TYPE_CHECKING, Any
 
 import structlog
 
-from rolloutd.core.actions import Observed, Verdict
-from rolloutd.core.machine import Decision, decide, desired_of
+from rolloutd.core.actions import Observed
+from rolloutd.core.machine import Decision, breaches, decide, desired_of
 from rolloutd.core.progress import Progress, State
 from rolloutd.drivers import Drivers
 from rolloutd.errors import NotFound, PermanentError, RolloutdError
@@ -88,13 +88,9 @@ class _Work:
 
 
 def _breached(work: _Work) -> bool:
-    """A gate breached (as the machine reads it: a breach, or a trigger's failure): the
-    rollout is decided in a transaction of its own, ahead of its batch."""
-    triggers = work.facts.plan.rollback.triggers
-    return any(
-        e.verdict is Verdict.BREACH or (e.gate in triggers and e.verdict is Verdict.FAIL)
-        for e in work.evaluations
-    )
+    """A gate breached, as the machine reads it: the rollout is decided in a transaction of
+    its own, ahead of its batch."""
+    return any(breaches(work.facts.plan, e.gate, e.verdict) for e in work.evaluations)
 
 
 Outcome = TickResult | RolloutdError
