@@ -15,12 +15,13 @@ from __future__ import annotations
 
 import itertools
 import threading
+import weakref
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from sqlalchemy import URL, Engine, create_engine, event, inspect, make_url, text
+from sqlalchemy import URL, Connection, Engine, create_engine, event, inspect, make_url, text
 from sqlalchemy.exc import ArgumentError, InterfaceError, OperationalError, ProgrammingError
 
 from rolloutd.errors import (
@@ -134,6 +135,7 @@ class RoundTrips:
             event.listen(engine, name, self._one)
         if engine.pool._pre_ping:
             event.listen(engine.pool, "checkout", self._one)
+        _COUNTED[engine] = self
 
     def _one(self, *_: Any) -> None:
         next(self._count)
@@ -313,3 +315,15 @@ def upgrade(url: str | URL, *, revision: str = "head") -> None:
     config.attributes["configure_logger"] = False
     with translate_connect_errors(parsed):
         command.upgrade(config, revision)
+
+
+# The counters of engines, for round trips made on the driver's connection directly.
+_COUNTED: weakref.WeakKeyDictionary[Engine, RoundTrips] = weakref.WeakKeyDictionary()
+
+
+def count_driver_round_trip(connection: Connection) -> None:
+    """Count one round trip made on ``connection``'s driver connection directly (a COPY),
+    which SQLAlchemy's events do not see."""
+    counter = _COUNTED.get(connection.engine)
+    if counter is not None:
+        counter._one()

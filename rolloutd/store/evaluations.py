@@ -6,6 +6,7 @@ values. Both read an index on ``(rollout_id, gate, evaluated_at)``.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from datetime import datetime
 from functools import lru_cache
@@ -14,6 +15,7 @@ from typing import Any, Literal, NamedTuple, TypedDict, TypeVar, Unpack, cast
 from sqlalchemy import Select, Table, bindparam, func, insert, select
 from sqlalchemy.orm import Session
 
+from rolloutd.store.db import count_driver_round_trip
 from rolloutd.store.models import GateEvaluation, Rollout
 from rolloutd.store.writes import add_row
 
@@ -55,11 +57,51 @@ _TABLE = cast(Table, GateEvaluation.__table__)
 
 
 def record_evaluations(session: Session, evaluations: Sequence[NewEvaluation]) -> None:
-    """Store a batch's verdicts in one executemany of a Core insert on the table: the ORM's
-    bulk insert cost more than the rest of a baking tick (every verdict carries every
-    column, so one statement serves them all)."""
-    if evaluations:
+    """Store a batch's verdicts in one round trip. On Postgres, by COPY on the driver's
+    connection, in the session's transaction: SQLAlchemy's per-row parameter processing of
+    an executemany cost more than the rest of a baking tick (25 µs of CPU a row against
+    9). Elsewhere, one executemany of a Core insert."""
+    if not evaluations:
+        return
+    connection = session.connection()
+    if connection.dialect.name != "postgresql":
         session.execute(insert(_TABLE), list(evaluations))
+        return
+    driver = connection.connection.driver_connection
+    assert driver is not None  # a connection in a transaction has its driver's
+    with driver.cursor() as cursor, cursor.copy(_COPY) as copy:
+        for row in evaluations:
+            columns: Mapping[str, object] = row
+            values = [columns[name] for name in _COPIED]
+            values.append(json.dumps(row["evidence"]))
+            values.append(_utc(row["evaluated_at"]))
+            copy.write_row(values)
+    count_driver_round_trip(connection)
+
+
+# The columns COPY fills, in its order: those passed as they are, then the evidence (as JSON
+# text) and the time.
+_COPIED = (
+    "rollout_id",
+    "step_index",
+    "gate",
+    "role",
+    "verdict",
+    "value",
+    "threshold",
+    "query",
+    "samples",
+    "statistic",
+    "reason",
+)
+_COPY = f"COPY gate_evaluations ({', '.join(_COPIED)}, evidence, evaluated_at) FROM STDIN"
+
+
+def _utc(moment: datetime) -> datetime:
+    """An aware time, as the column's type insists (a naive one is a caller's bug)."""
+    if moment.tzinfo is None:
+        raise ValueError(f"naive datetime {moment.isoformat()} given; pass an aware UTC time")
+    return moment
 
 
 class Newest(NamedTuple):

@@ -3,14 +3,17 @@
 from __future__ import annotations
 
 import functools
+import math
 from collections.abc import Callable
 from datetime import timedelta
 from typing import Any
 
 import pytest
+from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from rolloutd.store import evaluations
+from rolloutd.store.models import GateEvaluation
 from rolloutd.store.queries import (
     latest_evaluations,
     recent_values,
@@ -138,3 +141,46 @@ def test_latest_of_rollouts_holds_each_rollouts_newest_verdict_of_its_own_gates(
         first: {"queue_timeouts": ("pass", 0.002), "oom": ("pass", 0.0)},
         second: {"queue_timeouts": ("inconclusive", None)},
     }
+
+
+def test_a_batch_of_verdicts_reads_back_as_each_was_given(session: Session) -> None:
+    """A tick's batch (COPY on Postgres, an executemany elsewhere) stores every column as
+    given: text that COPY must escape (tabs, newlines, backslashes, quotes), absent values,
+    a NaN value (NULL on SQLite), nested evidence and the time to the microsecond."""
+    rollout_id = seed_rollout(session)
+    awkward = 'tab\there\nnewline \\N back\\slash "quoted" \u00e9\u2013'
+    given: list[evaluations.NewEvaluation] = [
+        {
+            "rollout_id": rollout_id,
+            "step_index": index,
+            "gate": f"gate-{index}",
+            "role": "step+trigger" if index else "trigger",
+            "verdict": "breach" if index else "inconclusive",
+            "value": [float("nan"), None, 0.125][index],
+            "threshold": None if index == 1 else "<= 0.01",
+            "query": awkward if index == 2 else None,
+            "samples": [None, 0, 5000][index],
+            "statistic": [1.5, None, -2.25][index],
+            "reason": awkward if index == 0 else None,
+            "evidence": {"canary": {"values": [1, 2.5, None]}, "note": awkward} if index else {},
+            "evaluated_at": T0 + timedelta(seconds=index, microseconds=123_456),
+        }
+        for index in range(3)
+    ]
+    evaluations.record_evaluations(session, given)
+    session.flush()
+    stored = session.scalars(
+        select(GateEvaluation)
+        .where(GateEvaluation.rollout_id == rollout_id)
+        .order_by(GateEvaluation.step_index)
+    ).all()
+    columns = [c for c in given[0] if c != "value"]
+    assert [{c: getattr(row, c) for c in columns} for row in stored] == [
+        {c: g[c] for c in columns} for g in given
+    ]
+    nan = stored[0].value
+    if session.get_bind().dialect.name == "sqlite":
+        assert nan is None  # SQLite has no NaN: it stores NULL
+    else:
+        assert nan is not None and math.isnan(nan)
+    assert stored[1].value is None and stored[2].value == 0.125
