@@ -141,6 +141,9 @@ class TickJobs:
         self._rollouts: dict[int, _Due] = {}
         self._in_flight: set[int] = set()
         self._wakeups: set[int] = set()  # rollouts to tick again as soon as they are free
+        # No later than the soonest due time of a rollout not in flight (None: no rollout),
+        # so that the ticker's wait looks at no rollout; a hand-out sets it exactly.
+        self._soonest: datetime | None = None
         self._running = False  # the ticker hands out batches (this instance leads)
         self._closed = False  # the ticker is to end
         self._handed_at = 0.0  # when the ticker last handed out batches (monotonic)
@@ -170,6 +173,7 @@ class TickJobs:
             self._running = False
             self._rollouts.clear()
             self._wakeups.clear()
+            self._soonest = None
         self.reconciler.forget()
 
     def shutdown(self) -> None:
@@ -206,6 +210,7 @@ class TickJobs:
         with self._kick:
             for due in self._rollouts.values():
                 due.due = now
+            self._soonest = now
             self._kick.notify()
         for job in self.scheduler.get_jobs():
             with contextlib.suppress(JobLookupError):
@@ -242,6 +247,7 @@ class TickJobs:
                 del self._rollouts[rollout_id]
             for rollout_id in wanted - self._rollouts.keys():
                 self._rollouts[rollout_id] = _Due(None, now)
+                self._sooner(now)
             self._kick.notify()
         for rollout_id in gone:
             # Its router, metrics source and executor go with it, and what was known of it.
@@ -330,6 +336,8 @@ class TickJobs:
                 if skipped:
                     self.metrics.ticks_missed.inc(skipped)
         self._in_flight.update(due)
+        waiting = (d.due for i, d in self._rollouts.items() if i not in self._in_flight)
+        self._soonest = min(waiting, default=None)
         # A rollout slow to observe (a slow metrics source) is ticked alone: it holds up no other.
         slow = self.reconciler.slow
         alone = [[i] for i in due if i in slow]
@@ -338,13 +346,22 @@ class TickJobs:
         return [(batch, {r: due[r] for r in batch}) for batch in batches]
 
     def _place(self, ids: list[int]) -> None:
-        """Put the rollouts that just had their first tick on their grids (under the lock)."""
+        """Put the rollouts that just had their first tick on their grids, and count every
+        rollout of a finished batch among those waiting (under the lock)."""
         for rollout_id in ids:
             entry = self._rollouts.get(rollout_id)
             interval = self.reconciler.intervals.get(rollout_id)
-            if entry is not None and entry.trigger is None and interval is not None:
+            if entry is None:
+                continue
+            if entry.trigger is None and interval is not None:
                 entry.trigger = PhasedInterval.of(rollout_id, interval)
                 entry.due, _ = _next_due(entry.trigger, self.wall(), self.wall())
+            self._sooner(entry.due)
+
+    def _sooner(self, due: datetime) -> None:
+        """A rollout not in flight is due at ``due`` (under the lock)."""
+        if self._soonest is None or due < self._soonest:
+            self._soonest = due
 
     def _sleep(self, now: datetime) -> float:
         """Seconds to wait before the next hand-out: none for a woken rollout; else until the
@@ -352,10 +369,9 @@ class TickJobs:
         over (at most a second)."""
         if any(i not in self._in_flight for i in self._wakeups):
             return 0.0
-        waiting = [d.due for i, d in self._rollouts.items() if i not in self._in_flight]
-        if not waiting:
+        if self._soonest is None:
             return IDLE_WAIT_SECONDS
-        due = (min(waiting) - now).total_seconds()
+        due = (self._soonest - now).total_seconds()
         gathered = GATHER_SECONDS - (time.monotonic() - self._handed_at)
         return min(IDLE_WAIT_SECONDS, max(0.0, due, gathered))
 
