@@ -42,7 +42,7 @@ def evaluation_rows(facts: Facts, evaluations: list[Evaluation]) -> list[Any]:
     rollout_id, plan, step_index = facts.rollout.id, facts.plan, facts.progress.step_index
     rows: list[Any] = []
     for evaluation in evaluations:
-        columns = {f.name: getattr(evaluation, f.name) for f in fields(Evaluation)}
+        columns = {name: getattr(evaluation, name) for name in _EVALUATION_FIELDS}
         columns.update(
             verdict=evaluation.verdict.value,
             reason=evaluation.reason or None,
@@ -50,6 +50,10 @@ def evaluation_rows(facts: Facts, evaluations: list[Evaluation]) -> list[Any]:
         )
         rows.append({"rollout_id": rollout_id, "step_index": step_index, **columns})
     return rows
+
+
+# An evaluation's fields, looked up once (``dataclasses.fields`` builds a tuple each call).
+_EVALUATION_FIELDS = tuple(f.name for f in fields(Evaluation))
 
 
 def stored_role(plan: Plan, step_index: int, evaluation: Evaluation) -> GateRole:
