@@ -16,6 +16,13 @@ from sqlalchemy.engine import Dialect
 from sqlalchemy.types import TypeDecorator
 
 
+def as_utc(value: datetime) -> datetime:
+    """``value`` in UTC, as the column stores it; a naive one is refused (a caller's bug)."""
+    if value.tzinfo is None or value.tzinfo.utcoffset(value) is None:
+        raise ValueError(f"naive datetime {value.isoformat()} given; pass an aware UTC time")
+    return value.astimezone(UTC)
+
+
 class UTCDateTime(TypeDecorator[datetime]):
     """``DateTime(timezone=True)`` that stores UTC and always returns aware UTC datetimes."""
 
@@ -24,11 +31,7 @@ class UTCDateTime(TypeDecorator[datetime]):
 
     def process_bind_param(self, value: datetime | None, dialect: Dialect) -> datetime | None:
         """Refuse naive datetimes; convert aware ones to UTC."""
-        if value is None:
-            return None
-        if value.tzinfo is None or value.tzinfo.utcoffset(value) is None:
-            raise ValueError(f"naive datetime {value.isoformat()} given; pass an aware UTC time")
-        return value.astimezone(UTC)
+        return None if value is None else as_utc(value)
 
     def process_result_value(self, value: Any | None, dialect: Dialect) -> datetime | None:
         """Return aware UTC; SQLite's naive values were written as UTC."""
