@@ -177,11 +177,15 @@ class TickJobs:
         self.reconciler.forget()
 
     def shutdown(self) -> None:
-        """Wait for the batches in flight and stop the ticker and the scheduler (blocks)."""
+        """Drop the batches not started, wait for those in flight, and stop the ticker and the
+        scheduler (blocks)."""
         with self._kick:
             self._running = False
             self._closed = True
             self._kick.notify()
+        # Batches not started yet are dropped at once: the next leader derives them again
+        # from the stored facts, and a stop must fit systemd's TimeoutStopSec at any load.
+        self._workers.shutdown(wait=False, cancel_futures=True)
         if self._ticker.is_alive():
             self._ticker.join()
         self._workers.shutdown(wait=True)

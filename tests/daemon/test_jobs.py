@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import threading
+import time
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
 from rolloutd.core.plan import Plan
-from rolloutd.daemon.jobs import TickJobs
+from rolloutd.daemon.jobs import WORKERS, TickJobs
+from rolloutd.daemon.metrics import DaemonMetrics
 from rolloutd.routers.base import Router
 from tests.reconcile.test_reconcile import Harness
 
@@ -71,3 +73,50 @@ def test_an_ended_rollouts_job_and_drivers_go_once_its_watch_is_over(
         assert drivers.forgotten == [h.rollout_id]
     finally:
         jobs.shutdown()
+
+
+def test_a_stop_waits_for_the_batches_in_flight_and_drops_those_not_started(
+    store: StoreHandle,
+) -> None:
+    """An overloaded leader's queue of batches must not hold its stop for minutes (systemd
+    kills it after ``TimeoutStopSec``): what has not started is derived again by the next
+    leader from the stored facts."""
+    h = Harness(store)
+    metrics = DaemonMetrics(store.sessions, instance="test", wall=h.clock, leading=lambda: 1)
+    jobs = TickJobs(
+        store.sessions,
+        h.reconciler,
+        metrics,
+        None,  # type: ignore[arg-type]  # not used here
+        instance="test",
+        wall=lambda: datetime.now(UTC),
+        clock=h.clock,
+        stopping=threading.Event(),
+        leading=lambda: True,
+        retention=timedelta(days=1),
+    )
+    release = threading.Event()
+    ran: list[int] = []
+    lock = threading.Lock()
+
+    def blocked(ids: list[int]) -> dict[int, Any]:
+        with lock:
+            ran.extend(ids)
+        release.wait(30)
+        return {}
+
+    h.reconciler.tick_many = blocked  # type: ignore[method-assign]
+    jobs.start()
+    queued = WORKERS + 20
+    handed = [  # as the ticker hands them out
+        jobs._workers.submit(jobs._run_batch, [i], {i: datetime.now(UTC)}) for i in range(queued)
+    ]
+    stopped = threading.Thread(target=jobs.shutdown)
+    stopped.start()
+    deadline = time.monotonic() + 30
+    while not all(f.cancelled() for f in handed[WORKERS:]) and time.monotonic() < deadline:
+        time.sleep(0.01)
+    release.set()
+    stopped.join(30)
+    assert not stopped.is_alive()
+    assert sorted(ran) == list(range(WORKERS))  # the ones in flight finished; no other began
