@@ -7,6 +7,10 @@ and the rollout's next ticks would pile up behind it. Each tick may spend at mos
 rollout's trigger interval asking: every query is cut at what is left of the budget, and a
 query due once it is spent is not asked. Its gate is *inconclusive* with that reason, which
 the rollout's inconclusive limit handles like any other missing data.
+
+Within a tick the same question is asked once (:class:`Remembered`): each latency gate
+records both pools' load, so a plan with four of them asked for the same four figures four
+times.
 """
 
 from __future__ import annotations
@@ -76,3 +80,51 @@ class Budgeted:
             return cells_of(self.source, signal, pool, window, now, slice)
         finally:
             _deadline.reset(token)
+
+
+class Remembered:
+    """``source`` asked each question once in a tick: every gate of a rollout-tick shares
+    its ``now``, so a second gate asking for the same signal, pool and window (both pools'
+    load, recorded by every latency gate) gets the first answer, or its error, without
+    another query. Made for one tick and dropped with it."""
+
+    def __init__(self, source: MetricsSource) -> None:
+        self.source = source
+        self._measured: dict[tuple[object, ...], Measurement | MeasurementError] = {}
+        self._cells: dict[tuple[object, ...], list[Cell] | MeasurementError] = {}
+
+    def measure(self, signal: str, pool: Pool, window: timedelta, now: datetime) -> Measurement:
+        """The source's answer, asked at most once.
+
+        :raises MeasurementError: the source's failure (remembered too).
+        """
+        key = (signal, pool, window, now)
+        found = self._measured.get(key)
+        if found is None:
+            try:
+                found = self.source.measure(signal, pool, window, now)
+            except MeasurementError as exc:
+                found = exc
+            self._measured[key] = found
+        if isinstance(found, MeasurementError):
+            raise found
+        return found
+
+    def cells(
+        self, signal: str, pool: Pool, window: timedelta, now: datetime, slice: timedelta
+    ) -> list[Cell]:
+        """The source's cells, asked at most once (each caller gets its own list).
+
+        :raises MeasurementError: the source cannot give cells, or its failure.
+        """
+        key = (signal, pool, window, now, slice)
+        found = self._cells.get(key)
+        if found is None:
+            try:
+                found = cells_of(self.source, signal, pool, window, now, slice)
+            except MeasurementError as exc:
+                found = exc
+            self._cells[key] = found
+        if isinstance(found, MeasurementError):
+            raise found
+        return list(found)

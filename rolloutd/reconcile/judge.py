@@ -21,7 +21,7 @@ from rolloutd.evaluation.source import SuiteFedSource
 from rolloutd.gates.base import Evaluation, Judging, MetricsSource, Role
 from rolloutd.gates.evaluate import evaluate_gate
 from rolloutd.gates.windows import bake_over, earlier_windows, final_window
-from rolloutd.metrics.budget import Budgeted
+from rolloutd.metrics.budget import Budgeted, Remembered
 from rolloutd.reconcile.facts import Facts
 from rolloutd.reconcile.suites import Suites
 
@@ -69,7 +69,7 @@ def evaluate(facts: Facts, drivers: Drivers, suites: Suites, now: datetime) -> l
         source = None
     if source is None:
         return judged + [Evaluation(g, r, Verdict.INCONCLUSIVE, now, reason=reason) for g, r in due]
-    source = Budgeted(SuiteFedSource(source, facts.suite_counts), plan.trigger_interval)
+    source = Remembered(Budgeted(SuiteFedSource(source, facts.suite_counts), plan.trigger_interval))
     verified = {index: row.verified_at for index, row in facts.steps.items()}
     completed = {index: row.completed_at for index, row in facts.steps.items()}
     weight = plan.step_weight(progress.step_index)

@@ -2,16 +2,23 @@
 
 from __future__ import annotations
 
+from collections import Counter
+from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
 import pytest
 import yaml
 
 from rolloutd import operations
+from rolloutd.gates.base import Measurement, Pool
+from rolloutd.gates.load import LOAD_INFLIGHT, LOAD_REQUESTS
+from rolloutd.metrics.sources import MemoryMetrics
 from rolloutd.operations import start_rollout
 from rolloutd.planfile import LoadedPlan, parse_plan
-from tests.plans import NO_EXECUTOR
+from rolloutd.store import queries
+from tests.plans import NO_EXECUTOR, memory_plan
 from tests.reconcile.test_reconcile import PLAN, Harness
+from tests.twins import Leader
 
 if TYPE_CHECKING:
     from conftest import StoreHandle
@@ -118,3 +125,58 @@ def test_a_breach_reaches_the_router_before_the_rest_of_its_batch_is_judged(
     zero = order.index("set r0 0")
     assert zero < order.index("measure r1") < order.index("measure r2"), order
     assert all(outcomes[i].state.value == "running" for i in ids[1:])  # type: ignore[union-attr]
+
+
+class Counting:
+    """A memory source that counts each question it is asked."""
+
+    def __init__(self, inner: MemoryMetrics) -> None:
+        self.inner = inner
+        self.asked: Counter[tuple[str, str]] = Counter()
+
+    def measure(self, signal: str, pool: Pool, window: timedelta, now: datetime) -> Measurement:
+        self.asked[(signal, pool)] += 1
+        return self.inner.measure(signal, pool, window, now)
+
+
+def test_a_tick_asks_each_pools_load_once_however_many_gates_record_it(
+    store: StoreHandle,
+) -> None:
+    """Two latency gates each record both pools' load; their tick asks the source for each
+    load figure once (and each gate's own signal once), and a figure the source cannot give
+    is asked once too, its error shared by both gates."""
+    metrics = MemoryMetrics()
+    counting = Counting(metrics)
+    gates = {
+        "ttft": {"kind": "threshold", "signal": "ttft_p99", "max": 2.0},
+        "e2e": {"kind": "threshold", "signal": "e2e_latency", "max": 5.0},
+        "oom": {"kind": "events", "signal": "oom_events"},
+    }
+    plan = memory_plan(
+        gate="",
+        steps=[{"kind": "canary", "weight": 5, "bake": "48h", "gates": ["ttft", "e2e"]}],
+        gates=gates,
+    )
+    leader = Leader(store, plan, metrics=counting)
+    for signal, value in (("ttft_p99", 0.5), ("e2e_latency", 1.0), ("oom_events", 0)):
+        metrics.set(signal, "canary", value, samples=500)
+    metrics.set(LOAD_REQUESTS, "canary", 1.0)
+    metrics.set(LOAD_REQUESTS, "stable", 3.0)  # the in-flight figure is not set: no data
+    leader.tick()
+    counting.asked.clear()
+    leader.tick(seconds=5)  # the weight is verified; every gate is due
+    assert counting.asked == {
+        ("ttft_p99", "canary"): 1,
+        ("e2e_latency", "canary"): 1,
+        ("oom_events", "canary"): 1,
+        (LOAD_REQUESTS, "canary"): 1,
+        (LOAD_REQUESTS, "stable"): 1,
+        (LOAD_INFLIGHT, "canary"): 1,
+        (LOAD_INFLIGHT, "stable"): 1,
+    }
+    with store.sessions() as session:
+        latest = queries.latest_evaluations(session, leader.rollout_id)
+    for gate in ("ttft", "e2e"):
+        load = latest[gate].evidence["load"]
+        assert (load["ratio"], load["basis"]) == (pytest.approx(1 / 3), "requests")
+        assert load["canary"]["problems"] == [f"no data for {LOAD_INFLIGHT} on canary"]
