@@ -11,6 +11,7 @@ they use inside themselves.
 from __future__ import annotations
 
 import threading
+import weakref
 from collections import OrderedDict
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, NamedTuple
@@ -20,6 +21,7 @@ from pydantic import ValidationError
 
 from rolloutd.core.machine import refusal
 from rolloutd.core.plan import Plan
+from rolloutd.core.plan.base import Sections, share_sections
 from rolloutd.core.progress import Progress, State
 from rolloutd.errors import Refused
 from rolloutd.planfile import LoadedPlan, parse_plan
@@ -192,6 +194,9 @@ class Submitted(NamedTuple):
 # shares one model, and a tick never parses YAML again; the oldest entry goes past the bound.
 PLAN_CACHE_SIZE = 4096
 _plans: OrderedDict[str, Plan] = OrderedDict()
+# Sections equal between plans (gates, steps, pools ...), one instance each: 10,000 rollouts
+# of copies of one plan keep one set of its gates, not 10,000.
+_sections: Sections = weakref.WeakValueDictionary()
 _plans_lock = threading.Lock()
 
 
@@ -206,6 +211,7 @@ def plan_of(rollout: Rollout | reads.RolloutRow) -> Plan:
     source = f"the plan stored with rollout {rollout.id}"
     plan = parse_plan(rollout.plan_source, source, beside=False).plan
     with _plans_lock:
+        plan = share_sections(plan, _sections)
         _plans[rollout.plan_hash] = plan
         while len(_plans) > PLAN_CACHE_SIZE:
             _plans.popitem(last=False)

@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import MutableMapping
 from datetime import timedelta
-from typing import Annotated
+from typing import Annotated, TypeVar
 
 from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, PlainSerializer
 
@@ -46,3 +47,46 @@ class _Spec(BaseModel):
     """Plan sections reject unknown keys and do not coerce types ('5' is not 5)."""
 
     model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
+
+
+Sections = MutableMapping[tuple[type, int], "_Spec"]
+"""Plan sections by type and the hash of their content, for :func:`share_sections` (a
+weak-valued map lets the sections no plan uses any more go)."""
+
+S = TypeVar("S", bound=_Spec)
+
+
+def share_sections(model: S, kept: Sections) -> S:
+    """``model`` with every section equal to one in ``kept`` replaced by that one, and its
+    own new sections added to ``kept``; returns the kept equal of ``model`` itself, if any.
+
+    A leader keeps the plans of thousands of rollouts, most of them copies of a few with
+    another name and paths: their gates, steps, pools and limits are equal, and frozen, so
+    one instance of each serves every plan. ``model`` must be freshly parsed, not yet seen
+    by anyone: its fields are replaced in place.
+    """
+    for name, value in model.__dict__.items():
+        shared = _shared(value, kept)
+        if shared is not value:
+            model.__dict__[name] = shared  # frozen for its users; this is its parse
+    key = (type(model), hash(repr(model)))
+    found = kept.get(key)
+    if found is not None and found == model:  # equal, not only of the same hash
+        return found
+    kept[key] = model
+    return model
+
+
+def _shared(value: object, kept: Sections) -> object:
+    if isinstance(value, _Spec):
+        return share_sections(value, kept)
+    if isinstance(value, dict):
+        items = {k: _shared(v, kept) for k, v in value.items()}
+        return value if all(items[k] is v for k, v in value.items()) else items
+    if type(value) in (list, tuple):
+        assert isinstance(value, list | tuple)
+        shared = [_shared(v, kept) for v in value]
+        if all(s is v for s, v in zip(shared, value, strict=True)):
+            return value
+        return type(value)(shared)
+    return value
