@@ -12,6 +12,7 @@ drivers.
 from __future__ import annotations
 
 import threading
+import weakref
 from collections.abc import Callable
 from typing import Protocol, TypeVar
 
@@ -58,6 +59,9 @@ class PlanDrivers:
         self._routers: dict[int, tuple[Plan, Router]] = {}
         self._metrics: dict[int, tuple[Plan, MetricsSource]] = {}
         self._executors: dict[int, tuple[Plan, Executor]] = {}
+        # One reader a metrics file, however many rollouts read it: each keeps the parsed
+        # document (some 5 KB for the file the bench writes), not each rollout's copy of it.
+        self._files: weakref.WeakValueDictionary[str, FileMetrics] = weakref.WeakValueDictionary()
         self._lock = threading.Lock()
 
     def router(self, rollout_id: int, plan: Plan) -> Router:
@@ -133,7 +137,10 @@ class PlanDrivers:
         if spec.source == "memory":
             return MemoryMetrics()
         if spec.source == "file" and spec.path:
-            return FileMetrics(spec.path)
+            found = self._files.get(spec.path)  # under the lock (``_kept``)
+            if found is None:
+                found = self._files[spec.path] = FileMetrics(spec.path)
+            return found
         if spec.source == "prometheus" and spec.url:
             if spec.templates is None:
                 raise PermanentError(

@@ -10,10 +10,11 @@ from pathlib import Path
 import pytest
 
 from rolloutd.core.actions import Verdict
+from rolloutd.drivers import PlanDrivers
 from rolloutd.gates.base import Judging, MeasurementError
 from rolloutd.gates.evaluate import evaluate_gate
 from rolloutd.metrics.sources import FileMetrics
-from tests.plans import memory_plan, plan_of
+from tests.plans import file_plan, memory_plan, plan_of
 
 WRITTEN = datetime(2026, 3, 2, 12, 0, tzinfo=UTC)
 
@@ -69,3 +70,18 @@ def test_a_comparison_does_not_count_the_present_again_for_an_earlier_step(
     result = evaluate_gate(plan.gates["esc"], judging)
     assert result.verdict is Verdict.INCONCLUSIVE, result
     assert "holds only its latest window" in (result.reason or "")
+
+
+def test_rollouts_reading_one_metrics_file_share_one_reader(tmp_path: Path) -> None:
+    """Thousands of rollouts started from copies of one plan read one metrics file: the
+    leader keeps one parsed document of it, not one a rollout; another file has its own."""
+    drivers = PlanDrivers()
+    shared, own = tmp_path / "metrics.json", tmp_path / "mine.json"
+    plans = [
+        plan_of(file_plan(f"svc-{i}", tmp_path / f"w{i}.json", own if i == 2 else shared))
+        for i in range(3)
+    ]
+    sources = [drivers.metrics(i, plan) for i, plan in enumerate(plans)]
+    assert isinstance(sources[0], FileMetrics)
+    assert sources[1] is sources[0]
+    assert sources[2] is not sources[0] and sources[2].path == own
