@@ -18,6 +18,7 @@ from __future__ import annotations
 import time
 from contextvars import ContextVar
 from datetime import datetime, timedelta
+from typing import NamedTuple
 
 from rolloutd.core.stats.matched import Cell
 from rolloutd.gates.base import Measurement, MeasurementError, MetricsSource, Pool, cells_of
@@ -82,6 +83,17 @@ class Budgeted:
             _deadline.reset(token)
 
 
+class _Failed(NamedTuple):
+    """A remembered failure: raised anew each time, since an exception kept with its
+    traceback would hold every frame of the tick in a reference cycle."""
+
+    reason: str
+    query: str | None
+
+    def error(self) -> MeasurementError:
+        return MeasurementError(self.reason, query=self.query)
+
+
 class Remembered:
     """``source`` asked each question once in a tick: every gate of a rollout-tick shares
     its ``now``, so a second gate asking for the same signal, pool and window (both pools'
@@ -90,8 +102,8 @@ class Remembered:
 
     def __init__(self, source: MetricsSource) -> None:
         self.source = source
-        self._measured: dict[tuple[object, ...], Measurement | MeasurementError] = {}
-        self._cells: dict[tuple[object, ...], list[Cell] | MeasurementError] = {}
+        self._measured: dict[tuple[object, ...], Measurement | _Failed] = {}
+        self._cells: dict[tuple[object, ...], list[Cell] | _Failed] = {}
 
     def measure(self, signal: str, pool: Pool, window: timedelta, now: datetime) -> Measurement:
         """The source's answer, asked at most once.
@@ -104,10 +116,10 @@ class Remembered:
             try:
                 found = self.source.measure(signal, pool, window, now)
             except MeasurementError as exc:
-                found = exc
+                found = _Failed(exc.reason, exc.query)
             self._measured[key] = found
-        if isinstance(found, MeasurementError):
-            raise found
+        if isinstance(found, _Failed):
+            raise found.error()
         return found
 
     def cells(
@@ -123,8 +135,8 @@ class Remembered:
             try:
                 found = cells_of(self.source, signal, pool, window, now, slice)
             except MeasurementError as exc:
-                found = exc
+                found = _Failed(exc.reason, exc.query)
             self._cells[key] = found
-        if isinstance(found, MeasurementError):
-            raise found
+        if isinstance(found, _Failed):
+            raise found.error()
         return list(found)

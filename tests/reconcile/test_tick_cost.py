@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import gc
+import inspect
 from collections import Counter
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
@@ -180,3 +182,43 @@ def test_a_tick_asks_each_pools_load_once_however_many_gates_record_it(
         load = latest[gate].evidence["load"]
         assert (load["ratio"], load["basis"]) == (pytest.approx(1 / 3), "requests")
         assert load["canary"]["problems"] == [f"no data for {LOAD_INFLIGHT} on canary"]
+
+
+def test_a_tick_leaves_nothing_in_a_reference_cycle(store: StoreHandle) -> None:
+    """What a tick makes is freed when the tick ends, failures included (here the in-flight
+    load the source has no data for): a kept exception holds its traceback's frames, and
+    each tick's cycles would wait for a full collection, which at 10,000 rollouts scans
+    some 600,000 objects for most of a second."""
+    metrics = MemoryMetrics()
+    leader = Leader(
+        store,
+        memory_plan(
+            gate="",
+            steps=[{"kind": "canary", "weight": 5, "bake": "48h", "gates": ["ttft"]}],
+            gates={
+                "ttft": {"kind": "threshold", "signal": "ttft_p99", "max": 2.0},
+                "oom": {"kind": "events", "signal": "oom_events"},
+            },
+        ),
+        metrics=metrics,
+    )
+    metrics.set("ttft_p99", "canary", 0.5, samples=500)
+    metrics.set("oom_events", "canary", 0)
+    metrics.set(LOAD_REQUESTS, "canary", 1.0)
+    leader.tick()
+    leader.tick(seconds=5)  # every cache a tick fills is filled
+    gc.collect()
+    gc.set_debug(gc.DEBUG_SAVEALL)
+    try:
+        for _ in range(5):
+            leader.tick(seconds=30)
+        gc.collect()
+        cyclic = [o for o in gc.garbage if type(o).__module__.startswith("rolloutd")]
+        frames = [o for o in gc.garbage if inspect.isframe(o)]
+    finally:
+        gc.set_debug(0)
+        gc.garbage.clear()
+    assert (cyclic, frames) == ([], [])
+    with store.sessions() as session:
+        latest = queries.latest_evaluations(session, leader.rollout_id)
+    assert latest["ttft"].evidence["load"]["unknown"]  # a failure was on the road
