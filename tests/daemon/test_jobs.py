@@ -37,16 +37,12 @@ class Forgetting:
         self.forgotten.append(rollout_id)
 
 
-def test_an_ended_rollouts_job_and_drivers_go_once_its_watch_is_over(
-    store: StoreHandle,
-) -> None:
-    h = Harness(store)
-    drivers = Forgetting(h.reconciler.drivers)
-    h.reconciler.drivers = drivers
-    jobs = TickJobs(
+def _jobs(store: StoreHandle, h: Harness, metrics: DaemonMetrics | None = None) -> TickJobs:
+    """The leader's jobs over the harness's reconciler, leading, with no alert sender."""
+    return TickJobs(
         store.sessions,
         h.reconciler,
-        None,  # type: ignore[arg-type]  # neither is used by sync()
+        metrics,  # type: ignore[arg-type]
         None,  # type: ignore[arg-type]
         instance="test",
         wall=lambda: datetime.now(UTC),
@@ -55,6 +51,15 @@ def test_an_ended_rollouts_job_and_drivers_go_once_its_watch_is_over(
         leading=lambda: True,
         retention=timedelta(days=1),
     )
+
+
+def test_an_ended_rollouts_job_and_drivers_go_once_its_watch_is_over(
+    store: StoreHandle,
+) -> None:
+    h = Harness(store)
+    drivers = Forgetting(h.reconciler.drivers)
+    h.reconciler.drivers = drivers
+    jobs = _jobs(store, h)  # neither metrics nor the sender is used by sync()
     jobs.start()
     try:
         jobs.scheduler.pause()  # sync() alone is under test; the test ticks by hand
@@ -83,18 +88,7 @@ def test_a_stop_waits_for_the_batches_in_flight_and_drops_those_not_started(
     leader from the stored facts."""
     h = Harness(store)
     metrics = DaemonMetrics(store.sessions, instance="test", wall=h.clock, leading=lambda: 1)
-    jobs = TickJobs(
-        store.sessions,
-        h.reconciler,
-        metrics,
-        None,  # type: ignore[arg-type]  # not used here
-        instance="test",
-        wall=lambda: datetime.now(UTC),
-        clock=h.clock,
-        stopping=threading.Event(),
-        leading=lambda: True,
-        retention=timedelta(days=1),
-    )
+    jobs = _jobs(store, h, metrics)
     release = threading.Event()
     ran: list[int] = []
     lock = threading.Lock()
@@ -105,7 +99,7 @@ def test_a_stop_waits_for_the_batches_in_flight_and_drops_those_not_started(
         release.wait(30)
         return {}
 
-    h.reconciler.tick_many = blocked  # type: ignore[method-assign]
+    h.reconciler.tick_many = blocked  # type: ignore[method-assign,assignment]
     jobs.start()
     queued = WORKERS + 20
     handed = [  # as the ticker hands them out
