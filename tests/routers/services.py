@@ -60,20 +60,46 @@ def find_binary(name: str) -> str:
 # bound by a service a moment later, and in between an outgoing connection (Prometheus
 # scraping, the traffic generator) would otherwise take it from the ephemeral range.
 _PORTS = (20000, 32000)
+# Every port this process has handed out: one is often bound seconds after it is drawn (the
+# e2e daemon's, after HAProxy and Prometheus have started), and nothing listening on it yet
+# must not make it free for the next service.
+_handed: set[int] = set()
+_handed_lock = threading.Lock()
+
+
+def port_range() -> tuple[int, int]:
+    """The ports this test process draws from (both ends included): under pytest-xdist each
+    worker has a slice of its own, so two workers never hand out the same port."""
+    low, high = _PORTS
+    worker = os.environ.get("PYTEST_XDIST_WORKER", "")
+    if not worker.startswith("gw"):
+        return low, high - 1
+    index, count = int(worker[2:]), int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
+    width = (high - low) // max(count, index + 1)
+    return low + index * width, low + (index + 1) * width - 1
+
+
+def _draw(low: int, high: int) -> int:
+    return random.randint(low, high)
 
 
 def free_port() -> int:
-    """A TCP port on 127.0.0.1 that nothing listens on right now, outside the range the
-    kernel hands to outgoing connections."""
-    for _ in range(200):
-        port = random.randint(*_PORTS)
-        with socket.socket() as probe:
-            try:
-                probe.bind(("127.0.0.1", port))
-            except OSError:
+    """A TCP port on 127.0.0.1 that nothing listens on right now and that this process has
+    not handed out before, outside the range the kernel hands to outgoing connections."""
+    low, high = port_range()
+    with _handed_lock:
+        for _ in range(200):
+            port = _draw(low, high)
+            if port in _handed:
                 continue
+            with socket.socket() as probe:
+                try:
+                    probe.bind(("127.0.0.1", port))
+                except OSError:
+                    continue
+            _handed.add(port)
             return port
-    raise RuntimeError(f"no free port in {_PORTS[0]}-{_PORTS[1]} after 200 tries")
+    raise RuntimeError(f"no free port in {low}-{high} after 200 tries")
 
 
 def session_ids(count: int, seed: int = 4) -> list[str]:
