@@ -12,7 +12,6 @@ in ``/v1/models`` from the path and ``--served-model-name`` it was started with.
 from __future__ import annotations
 
 import os
-import socket
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -34,6 +33,7 @@ from rolloutd.deploy.systemd import (
     read_env_file,
     write_atomically,
 )
+from tests.routers.services import free_port
 
 from .helpers import pinned, plan_for
 from .standin_systemctl import _environment_file, _expand
@@ -83,12 +83,6 @@ class Box:
         )
 
 
-def _free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
-
-
 @pytest.fixture
 def box(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Box]:
     """A vLLM unit under the stand-in systemctl, serving on a free port; stopped after."""
@@ -100,7 +94,7 @@ def box(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Box]:
     systemctl.chmod(0o755)
     monkeypatch.setenv("PATH", f"{bin_dir}:{os.environ['PATH']}")
     monkeypatch.setenv("XDG_RUNTIME_DIR", str(run))
-    port = _free_port()
+    port = free_port()
     box = Box(run / "systemd" / "user" / "vllm.service", tmp_path / "vllm.env",
               f"http://127.0.0.1:{port}", tmp_path)  # fmt: skip
     box.write_unit(

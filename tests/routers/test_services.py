@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import itertools
+
 import pytest
 
 from tests.routers import services
@@ -55,7 +57,7 @@ def test_each_test_worker_draws_from_a_range_of_its_own(monkeypatch: pytest.Monk
         monkeypatch.setenv("PYTEST_XDIST_WORKER_COUNT", "3")
         ranges.append(services.port_range())
     assert ranges[0][0] == 20000 and ranges[-1][1] == 31999
-    for (_, high), (low, _) in zip(ranges, ranges[1:], strict=False):
+    for (_, high), (low, _) in itertools.pairwise(ranges):
         assert high + 1 == low
     monkeypatch.delenv("PYTEST_XDIST_WORKER")
     assert services.port_range() == (20000, 31999)
