@@ -13,7 +13,7 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from rolloutd.store import evaluations
-from rolloutd.store.models import GateEvaluation
+from rolloutd.store.models import GateEvaluation, Rollout
 from rolloutd.store.queries import (
     latest_evaluations,
     recent_values,
@@ -141,6 +141,30 @@ def test_latest_of_rollouts_holds_each_rollouts_newest_verdict_of_its_own_gates(
         first: {"queue_timeouts": ("pass", 0.002), "oom": ("pass", 0.0)},
         second: {"queue_timeouts": ("inconclusive", None)},
     }
+
+
+@pytest.mark.parametrize("chunked", [False, True])
+def test_latest_of_rollouts_selected_by_a_condition_answers_as_by_their_ids(
+    session: Session, monkeypatch: pytest.MonkeyPatch, chunked: bool
+) -> None:
+    """A scrape selects its rollouts by a condition rather than by 10,000 ids: the answer is
+    the one the ids give, and a rollout the condition selects that the caller did not read
+    (one that became visible in between) is left out rather than failing the scrape."""
+    if chunked:
+        monkeypatch.setattr(evaluations, "_GATES_A_STATEMENT", 1)
+    first, second = seed_rollout(session, "svc-a"), seed_rollout(session, "svc-b")
+    late = seed_rollout(session, "svc-late")
+    _record(session, first, "queue_timeouts", 1, 0.01, verdict="fail")
+    _record(session, first, "queue_timeouts", 2, 0.002)
+    _record(session, first, "oom", 1, 0.0)
+    _record(session, second, "queue_timeouts", 3, None, verdict="inconclusive")
+    _record(session, late, "queue_timeouts", 4, 0.5)
+    gates = {first: ["queue_timeouts", "oom"], second: ["queue_timeouts"]}
+    by_ids = evaluations.latest_of_rollouts(session, gates)
+    selected = evaluations.latest_of_rollouts(session, gates, among=Rollout.active.is_(True))
+    assert selected == by_ids
+    assert set(selected) == {first, second}
+    assert {g: r.value for g, r in selected[first].items()} == {"queue_timeouts": 0.002, "oom": 0.0}
 
 
 def test_a_batch_of_verdicts_reads_back_as_each_was_given(session: Session) -> None:
