@@ -92,3 +92,67 @@ def test_a_scrape_builds_no_plan_model(store: StoreHandle, monkeypatch: Any) -> 
         for line in expected.decode().splitlines()
         if line.startswith(("rolloutd_rollout_", "rolloutd_rollbacks", "rolloutd_gate_"))
     ]
+
+
+def test_a_scrape_builds_no_sample_object_per_rollout(store: StoreHandle, monkeypatch: Any) -> None:
+    """The series of the rollouts are written as text, not built as prometheus_client
+    samples: at 10,000 rollouts, 610,000 sample objects and their formatting cost 6.5 s of
+    CPU and 370 MB a scrape in the leader's process. With eleven rollouts a scrape builds
+    as many sample objects as with one (the daemon's own counters and histograms)."""
+    import prometheus_client.metrics_core
+    from prometheus_client.samples import Sample
+
+    built = [0]
+
+    def counted(*args: Any, **kwargs: Any) -> Sample:
+        built[0] += 1
+        return Sample(*args, **kwargs)
+
+    monkeypatch.setattr(prometheus_client.metrics_core, "Sample", counted)
+    h = Harness(store)
+    h.tick()
+    h.tick(seconds=30)
+    metrics = DaemonMetrics(h.store.sessions, instance="a", wall=h.clock, leading=lambda: 1)
+    built[0] = 0
+    alone, _ = metrics.exposition()
+    one = built[0]
+    copy_rollout(h.store.engine, h.rollout_id, 10, with_evaluations=True)
+    built[0] = 0
+    many, _ = metrics.exposition()
+    assert many.count(b"rolloutd_gate_verdict{") == 11 * alone.count(b"rolloutd_gate_verdict{")
+    assert built[0] == one
+
+
+def test_the_text_is_the_text_format_prometheus_client_writes(store: StoreHandle) -> None:
+    """Written by hand, the text reads back and is written again by prometheus_client's own
+    parser and writer to the same bytes: label names sorted, values escaped (a name with a
+    quote, a backslash and a newline), numbers as Go writes them, counters with ``_total``."""
+    from prometheus_client import CollectorRegistry
+    from prometheus_client.exposition import generate_latest
+    from prometheus_client.registry import Collector
+    from sqlalchemy import text
+
+    h = Harness(store)
+    h.tick()
+    h.tick(seconds=30)
+    (odd,) = copy_rollout(h.store.engine, h.rollout_id, 1, with_evaluations=True)
+    with h.store.engine.begin() as connection:
+        connection.execute(
+            text("UPDATE rollouts SET name = :name, service = :service WHERE id = :id"),
+            {"name": 'say "hi"\\now\nplease', "service": "back\\slash", "id": odd},
+        )
+    metrics = DaemonMetrics(h.store.sessions, instance="a", wall=h.clock, leading=lambda: 1)
+    body, _ = metrics.exposition()
+    families = list(text_string_to_metric_families(body.decode()))
+
+    class Parsed(Collector):
+        def collect(self) -> Any:
+            return families
+
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(Parsed())
+    assert generate_latest(registry) == body
+    state = next(f for f in families if f.name == "rolloutd_rollout_state")
+    names = {s.labels["name"] for s in state.samples if s.labels["rollout"] == str(odd)}
+    assert names == {'say "hi"\\now\nplease'}
+    assert b'name="say \\"hi\\"\\\\now\\nplease"' in body
