@@ -11,7 +11,9 @@ baking). One ``rolloutd run`` leads. Once every rollout's
 canary weight is verified (or after a warm-up of at most ``--warmup`` minutes), the window of
 ``--minutes`` is measured:
 
-- the leader's CPU time over the window, as a share of one core (``/proc``), and its peak RSS;
+- the leader's CPU time over the window, as a share of one core (``/proc``), and its peak RSS
+  (sampled every second); during the window ``/metrics`` is scraped every 15 s, as a
+  Prometheus would, and each scrape's wall time (request to last byte) is reported;
 - batch duration p50/p99 (a tick is a batch of up to 100 rollouts, one transaction) and the
   lag from each rollout's due time to the start of its batch p99, from the leader's own
   ``/metrics`` histograms (interpolated within buckets, as PromQL's ``histogram_quantile``
@@ -40,6 +42,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import urllib.request
 from datetime import UTC, datetime
@@ -75,7 +78,8 @@ GATES = {
     "oom": {"kind": "events", "signal": "oom_events"},
     "xid": {"kind": "events", "signal": "xid_errors"},
 }
-SAMPLE_SECONDS = 5.0
+SAMPLE_SECONDS = 1.0
+SCRAPE_SECONDS = 15.0
 COLD_RUNS = 5
 
 
@@ -234,6 +238,13 @@ class Leader:
                     found["lag"][float(sample.labels["le"])] = sample.value
         return found
 
+    def scrape(self) -> float:
+        """One scrape of ``/metrics`` as Prometheus makes it: its wall time, in seconds."""
+        started = time.perf_counter()
+        with urllib.request.urlopen(f"http://127.0.0.1:{self.port}/metrics", timeout=60) as r:
+            r.read()
+        return time.perf_counter() - started
+
     def rss_mb(self) -> float:
         for line in Path(f"/proc/{self.daemon.proc.pid}/status").read_text().splitlines():
             if line.startswith("VmRSS:"):
@@ -251,6 +262,26 @@ class Leader:
     def close(self) -> None:
         self.db.close()
         self.daemon.stop()
+
+
+class PeakRss:
+    """The leader's largest RSS, sampled every second in a thread until :meth:`stop`."""
+
+    def __init__(self, leader: Leader) -> None:
+        self.leader = leader
+        self.peak = leader.rss_mb()
+        self.stopping = threading.Event()
+        self.thread = threading.Thread(target=self._sample, daemon=True)
+        self.thread.start()
+
+    def _sample(self) -> None:
+        while not self.stopping.wait(SAMPLE_SECONDS):
+            self.peak = max(self.peak, self.leader.rss_mb())
+
+    def stop(self) -> float:
+        self.stopping.set()
+        self.thread.join()
+        return max(self.peak, self.leader.rss_mb())
 
 
 def quantile(before: dict[float, float], after: dict[float, float], q: float) -> float | None:
@@ -305,12 +336,14 @@ def measure(server: str, count: int, minutes: float, warmup: float) -> dict[str,
             cpu0 = leader.daemon.cpu_seconds()
             window_start = datetime.now(UTC)
             started = time.monotonic()
-            rss = leader.rss_mb()
+            peak = PeakRss(leader)
+            scrapes = []
             while time.monotonic() - started < minutes * 60:
-                time.sleep(SAMPLE_SECONDS)
-                rss = max(rss, leader.rss_mb())
+                time.sleep(SCRAPE_SECONDS)
+                scrapes.append(leader.scrape())
             last, cpu1 = leader.metrics(), leader.daemon.cpu_seconds()
             elapsed = time.monotonic() - started
+            rss = peak.stop()
             time.sleep(1)  # Postgres reports its table statistics about once a second
             rows1 = leader.rows_written()
             gaps = step_gate_gaps(leader, window_start)
@@ -325,6 +358,9 @@ def measure(server: str, count: int, minutes: float, warmup: float) -> dict[str,
                 "window_s": round(elapsed, 1),
                 "cpu_share": (cpu1 - cpu0) / elapsed,
                 "rss_mb": rss,
+                "scrapes": len(scrapes),
+                "scrape_p50_s": statistics.median(scrapes) if scrapes else None,
+                "scrape_max_s": max(scrapes, default=None),
                 "ticks_per_s": ticks / elapsed,
                 "trips_per_tick": (last["trips"] - first["trips"]) / ticks if ticks else None,
                 "per_batch": ticks / (last["batches"] - first["batches"])
@@ -356,16 +392,19 @@ def report(results: list[dict[str, Any]]) -> None:
         return "n/a" if value is None else format(value, spec)
 
     print(
-        "| rollouts | verified | CPU (1 core) | RSS MB | ticks/s (due) | per batch | batch p50 "
+        "| rollouts | verified | CPU (1 core) | RSS MB | scrape p50/max | ticks/s (due) "
+        "| per batch | batch p50 "
         "| batch p99 "
         "| lag p99 | missed | round trips/tick | step-gate gap p50/p99 (late) | breach → 0% "
         "| rows/h | status cold | list | import sqlalchemy |"
     )
-    print("|---:" * 17 + "|")
+    print("|---:" * 18 + "|")
     for r in results:
         print(
             f"| {r['rollouts']:,} | {r['verified']:,} | {r['cpu_share']:.1%} "
-            f"| {r['rss_mb']:.0f} | {r['ticks_per_s']:.1f} ({r['ticks_due_per_s']:.1f}) "
+            f"| {r['rss_mb']:.0f} "
+            f"| {fmt(r['scrape_p50_s'], '.2f')}/{fmt(r['scrape_max_s'], '.2f')} s "
+            f"| {r['ticks_per_s']:.1f} ({r['ticks_due_per_s']:.1f}) "
             f"| {fmt(r['per_batch'], '.1f')} "
             f"| {fmt(r['tick_p50_s'], '.3f')} s | {fmt(r['tick_p99_s'], '.3f')} s "
             f"| {fmt(r['lag_p99_s'], '.2f')} s | {r['missed']:.0f} "
