@@ -178,7 +178,7 @@ class _Family:
 
     def add(self, labels: str, value: str) -> None:
         """One sample: ``labels`` as written between the braces (empty: none), ``value`` as
-        :data:`_number` writes it."""
+        :func:`_number` writes it."""
         if labels:
             self.lines.append(f"{self.sample}{{{labels}}} {value}\n")
         else:
