@@ -4,7 +4,10 @@ A template file (``gates/vllm.yaml``, ``gates/triton-trtllm.yaml``, ...) maps si
 PromQL with these placeholders: ``{pool}`` (the pool's label value), ``{pool_label}`` (the
 label the scrape config puts on each engine target), ``{gateway_pool_label}`` (the label the
 agent gateway puts on its own series), ``{model}`` (the model the engine serves, for engines
-that serve several, such as a Triton ensemble) and ``{window}``. Operators add a signal by
+that serve several, such as a Triton ensemble), ``{window}`` (a range) and
+``{window_seconds}`` (the same window as a number of seconds, to compare a timestamp with,
+e.g. a counter's ``_created``: a series born inside the window counts whole, see
+``gates/litellm.yaml``). Operators add a signal by
 adding an entry, and a plan may replace any signal's ``query``, ``samples`` or ``buckets``
 through ``metrics.overrides`` (the kind stays the file's). Nothing else is substituted, and
 every substituted value is escaped or validated first, so a hostile value cannot change the
@@ -45,15 +48,24 @@ GATES_DIR = Path(__file__).resolve().parents[2] / "gates"
 """The repository's ``gates/`` directory, where named template files live."""
 
 Kind = Literal["ratio", "events", "count", "quantile", "mean", "gauge"]
-PLACEHOLDERS = ("pool", "pool_label", "gateway_pool_label", "model", "window")
+PLACEHOLDERS = ("pool", "pool_label", "gateway_pool_label", "model", "window", "window_seconds")
 
-_PLACEHOLDER = re.compile(r"\{(pool|pool_label|gateway_pool_label|model|window)\}")
+_PLACEHOLDER = re.compile(r"\{(" + "|".join(PLACEHOLDERS) + r")\}")
 # A brace pair around a bare word is not PromQL (matchers need an operator): a typo'd placeholder.
 _UNKNOWN_PLACEHOLDER = re.compile(r"\{\s*([A-Za-z_][A-Za-z0-9_]*)\s*\}")
 _QUOTED_POOL = re.compile(r'(?<!=~)(?<!!~)"\{pool\}"')
 _QUOTED_MODEL = re.compile(r'(?<!=~)(?<!!~)"\{model\}"')
 _HISTOGRAM_QUANTILE = re.compile(r"histogram_quantile\(\s*([0-9]*\.?[0-9]+)\s*,")
-_WINDOW = re.compile(r"^\d+(ms|s|m|h|d|w|y)$")
+_WINDOW = re.compile(r"^(\d+)(ms|s|m|h|d|w|y)$")
+_UNIT_SECONDS = {
+    "ms": 0.001,
+    "s": 1,
+    "m": 60,
+    "h": 3600,
+    "d": 86_400,
+    "w": 604_800,
+    "y": 31_536_000,
+}
 _LABEL_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 _SIGNAL_NAME = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,99}$"
 MAX_TEMPLATE_BYTES = 256 * 1024
@@ -81,6 +93,16 @@ def promql_duration(window: timedelta | str) -> str:
         if millis % size == 0:
             return f"{millis // size}{unit}"
     return f"{millis}ms"
+
+
+def window_seconds(window: timedelta | str) -> float:
+    """A window in seconds, as PromQL reads its duration (a year is 365 days).
+
+    :raises ValueError: as :func:`promql_duration` does.
+    """
+    match = _WINDOW.fullmatch(promql_duration(window))
+    assert match is not None  # promql_duration returns nothing else
+    return int(match.group(1)) * _UNIT_SECONDS[match.group(2)]
 
 
 @dataclass(frozen=True)
@@ -122,6 +144,7 @@ def render(
         "gateway_pool_label": labels.gateway_pool_label,
         "model": None if labels.model is None else escape_label_value(labels.model),
         "window": promql_duration(window),
+        "window_seconds": f"{window_seconds(window):.3f}".rstrip("0").rstrip("."),
     }
 
     def value(match: re.Match[str]) -> str:

@@ -22,6 +22,7 @@ from rolloutd.metrics.templates import (
     promql_duration,
     render,
     template_problems,
+    window_seconds,
 )
 from tests.plans import example_plan
 
@@ -78,6 +79,22 @@ def test_windows_become_promql_durations_of_one_unit(window: timedelta | str, te
     """Timedeltas take the largest unit that divides them; valid text passes unchanged."""
     assert promql_duration(window) == text
     assert re.fullmatch(r"\d+(ms|s|m|h|d|w|y)", promql_duration(window))
+
+
+@pytest.mark.parametrize(
+    ("window", "seconds"),
+    [(timedelta(minutes=5), "300"), ("1500ms", "1.5"), ("2h", "7200"), ("1y", "31536000")],
+)
+def test_window_seconds_is_the_window_as_a_plain_number(
+    window: timedelta | str, seconds: str
+) -> None:
+    """``{window_seconds}`` is the window PromQL reads from ``{window}``, in seconds, without
+    an exponent; it is a known placeholder, not a typo."""
+    template = 'x{pool="{pool}"}[{window}] and t{pool="{pool}"} < {window_seconds}'
+    assert template_problems(template) == []
+    rendered = render(template, pool="canary", window=window)
+    assert rendered.endswith(f"< {seconds}")
+    assert window_seconds(window) == float(seconds)
 
 
 @pytest.mark.parametrize(

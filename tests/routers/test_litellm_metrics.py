@@ -6,10 +6,13 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterator
+from contextlib import contextmanager
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
+from urllib.request import urlopen
 
 import pytest
+from prometheus_client.parser import text_string_to_metric_families
 
 from rolloutd.gates.base import MeasurementError
 from rolloutd.metrics.prometheus import PrometheusMetrics
@@ -23,10 +26,17 @@ WINDOW = timedelta(minutes=5)
 
 @pytest.fixture
 def prometheus(litellm_service: LiteLLMService, tmp_path: Path) -> Iterator[PrometheusService]:
-    """Prometheus scraping the proxy every second, deployments relabelled to pools as
+    """Prometheus scraping the shared proxy every second."""
+    with _scraping(litellm_service, tmp_path) as service:
+        yield service
+
+
+@contextmanager
+def _scraping(litellm: LiteLLMService, directory: Path) -> Iterator[PrometheusService]:
+    """Prometheus scraping ``litellm`` every second, deployments relabelled to pools as
     config/litellm/prometheus-scrape.yml does."""
     service = PrometheusService(
-        tmp_path, find_binary("prometheus"), replicas=[], gateway_url=litellm_service.url
+        directory, find_binary("prometheus"), replicas=[], gateway_url=litellm.url
     )
     config = json.loads(service.config.read_text())
     relabel = [
@@ -37,7 +47,7 @@ def prometheus(litellm_service: LiteLLMService, tmp_path: Path) -> Iterator[Prom
         {
             "job_name": "litellm",
             "metrics_path": "/metrics/",
-            "static_configs": [{"targets": [litellm_service.url.removeprefix("http://")]}],
+            "static_configs": [{"targets": [litellm.url.removeprefix("http://")]}],
             "metric_relabel_configs": relabel,
         }
     ]
@@ -97,3 +107,48 @@ def test_a_pool_the_scrape_does_not_label_is_absent_not_zero(
     prometheus.wait_scrapes(2)
     with pytest.raises(MeasurementError, match="no series"):
         _source(prometheus, "tier").measure("errors", "stable", WINDOW, datetime.now(UTC))
+
+
+def test_failures_the_proxy_counted_before_its_first_scrape_are_counted(tmp_path: Path) -> None:
+    """A failure series is born at the pool's first failure. When a whole burst of failures
+    comes before Prometheus first sees the series (between two scrapes), ``increase()`` reads
+    the series as flat, 0 failures; the gate counts a series born in the window whole, so the
+    canary's error rate is exactly the proxy's own count of failures per request."""
+    (tmp_path / "proxy").mkdir()
+    litellm = LiteLLMService(tmp_path / "proxy")  # its own: every series is born in this test
+    try:
+        litellm.start()
+        litellm.router().set_weight(50)
+        litellm.route(session_ids(40, seed=44))
+        litellm.replicas["canary"].set_faults(timeout_rate=1.0)
+        answers = litellm.route(session_ids(40, seed=45))
+        litellm.replicas["canary"].clear_faults()
+        counted = _canary_counts(litellm)
+        with _scraping(litellm, tmp_path) as prometheus:
+            prometheus.wait_scrapes(3)
+            rate = _source(prometheus).measure("error_rate", "canary", WINDOW, datetime.now(UTC))
+    finally:
+        litellm.close()
+    assert any(a.startswith("HTTP") for a in answers)
+    failures, requests = counted["failure_responses"], counted["total_requests"]
+    assert failures > 0
+    assert rate.samples == requests
+    assert rate.value == pytest.approx(failures / requests)
+
+
+def _canary_counts(litellm: LiteLLMService) -> dict[str, float]:
+    """The proxy's own failure and request counts for the canary deployment (its /metrics)."""
+    with urlopen(f"{litellm.url}/metrics/", timeout=10) as answer:
+        text = answer.read().decode()
+    counts = {"failure_responses": 0.0, "total_requests": 0.0}
+    canary = next(ident for ident, pool in DEPLOYMENTS.items() if pool == "canary")
+    for family in text_string_to_metric_families(text):
+        name = family.name.removeprefix("litellm_deployment_")
+        for sample in family.samples:
+            if (
+                name in counts
+                and sample.name.endswith("_total")
+                and (sample.labels.get("model_id") == canary)
+            ):
+                counts[name] += sample.value
+    return counts
