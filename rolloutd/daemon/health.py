@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import json
 import threading
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from http.server import BaseHTTPRequestHandler
 from typing import Any
 
@@ -34,7 +34,7 @@ class HealthServer:
         host: str,
         port: int,
         report: Callable[[], tuple[bool, dict[str, Any]]],
-        metrics: Callable[[], tuple[bytes, str]] | None = None,
+        metrics: Callable[[], tuple[Iterable[bytes], str]] | None = None,
         web: Web | None = None,
     ):
         handler = _handler(report, metrics, web)
@@ -60,19 +60,21 @@ class HealthServer:
 
 def _handler(
     report: Callable[[], tuple[bool, dict[str, Any]]],
-    metrics: Callable[[], tuple[bytes, str]] | None,
+    metrics: Callable[[], tuple[Iterable[bytes], str]] | None,
     web: Web | None,
 ) -> type[BaseHTTPRequestHandler]:
     class Handler(BaseHTTPRequestHandler):
         def do_GET(self) -> None:
             path = self.path.split("?")[0]
             if path == "/metrics" and metrics is not None:
-                exposition, content_type = metrics()
+                chunks, content_type = metrics()
                 self.send_response(200)
                 self.send_header("Content-Type", content_type)
-                self.send_header("Content-Length", str(len(exposition)))
+                # No Content-Length: the families are written as they are built, and the
+                # answer ends when the connection closes (HTTP/1.0, as this server speaks).
                 self.end_headers()
-                self.wfile.write(exposition)
+                for chunk in chunks:
+                    self.wfile.write(chunk)
                 return
             if path != "/healthz":
                 if web is None:

@@ -13,11 +13,12 @@ Served as ``/metrics`` beside ``/healthz``. Two kinds:
 
 from __future__ import annotations
 
+import itertools
 import time
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from datetime import datetime, timedelta
-from typing import TYPE_CHECKING, Any, get_args
+from typing import TYPE_CHECKING, Any, NamedTuple, get_args
 
 import structlog
 from prometheus_client import CollectorRegistry, Counter, Histogram
@@ -28,15 +29,14 @@ from prometheus_client.utils import floatToGoString
 
 from rolloutd.core.actions import Verdict
 from rolloutd.core.machine import rollback_kind
-from rolloutd.core.outline import PlanOutline
 from rolloutd.core.progress import Progress, RollbackKind, State, rollback_outcome
 from rolloutd.errors import RolloutdError
 from rolloutd.reconcile import NotLeading
 from rolloutd.store import exposition
 from rolloutd.store.db import transaction
 from rolloutd.store.errors import StoreError
-from rolloutd.store.outbox import outbox_stats
-from rolloutd.store.reads import RolloutRow
+from rolloutd.store.evaluations import GateLatest
+from rolloutd.store.outbox import OutboxStats, outbox_stats
 from rolloutd.views import outline_of
 
 if TYPE_CHECKING:
@@ -121,8 +121,16 @@ class DaemonMetrics:
         self.deliveries.labels(outcome).inc()
 
     def exposition(self) -> tuple[bytes, str]:
-        """The text format Prometheus scrapes, and its content type."""
-        return b"".join([generate_latest(self.registry), *self.store.texts()]), CONTENT_TYPE_LATEST
+        """The text format Prometheus scrapes, whole, and its content type."""
+        chunks, content_type = self.chunks()
+        return b"".join(chunks), content_type
+
+    def chunks(self) -> tuple[Iterator[bytes], str]:
+        """The text format Prometheus scrapes, a family or a few at a time, and its content
+        type: the database is read before this returns, the families are written as the
+        iterator is taken (``/metrics`` sends each as it comes)."""
+        counted = generate_latest(self.registry)
+        return itertools.chain([counted], self.store.texts()), CONTENT_TYPE_LATEST
 
 
 class _LeaderCollector(Collector):
@@ -214,107 +222,172 @@ class _StoreSeries:
         self.sessions = sessions
         self.wall = wall
 
-    def texts(self) -> list[bytes]:
-        """Each family's text, in order."""
+    def texts(self) -> Iterator[bytes]:
+        """Each family's text, in order. The database is read now, in one transaction; each
+        family is written only when the one before it has been taken, so a scrape holds the
+        rollouts it read and one family's lines, not all of them (at 10,000 rollouts the
+        families are some 90 MB of text)."""
         up = _Family(
             "rolloutd_store_up", "gauge", "1 when this scrape could read rolloutd's database."
         )
         try:
             with transaction(self.sessions) as session:
-                families = _families(session, self.wall())
+                seen = _read(session, self.wall())
         except (RolloutdError, StoreError) as exc:
             log.warning("metrics: cannot read the database", error=str(exc).splitlines()[0])
             up.add("", _HOT[0])
-            return [up.text()]
+            return iter([up.text()])
         up.add("", _HOT[1])
-        return [up.text(), *(family.text() for family in families)]
+        return itertools.chain([up.text()], (family.text() for family in _families(seen)))
 
 
-def _families(session: Session, now: datetime) -> list[_Family]:
+class _Rollout(NamedTuple):
+    """One rollout as a scrape writes it: its labels, written once, and its values."""
+
+    labels: str
+    """environment, name, rollout, service: the labels of its state, step and weight"""
+    owner: str
+    """environment, rollout, service: the labels of its causes"""
+    before_state: str
+    """the labels of its state family before ``state``, its ``rollback`` among them"""
+    state: State
+    step: str
+    weight: str
+    gates: list[tuple[str, GateLatest]]
+    """each gate's labels and its newest evaluation, by gate name"""
+    started: RollbackKind | None
+    """why its rollback started (None: it has not)"""
+    counts: dict[str, int]
+    """its holds by cause and its extended bakes (``step_extended``)"""
+
+
+class _Seen(NamedTuple):
+    """What one scrape read from the database."""
+
+    rollouts: list[_Rollout]
+    failures: list[tuple[int, str, int]]
+    outbox: OutboxStats
+    now: datetime
+
+
+def _read(session: Session, now: datetime) -> _Seen:
+    """Everything a scrape shows, read in the caller's transaction and kept as the text's
+    pieces (a rollout's progress and outline are let go once read)."""
+    rows = exposition.visible_rollouts(session, now - ENDED_VISIBLE_FOR)
+    # The outline stored with each rollout, not its plan: a scrape of 10,000 rollouts
+    # must not build 10,000 plan models.
+    outlines = {row.id: outline_of(row) for row in rows}
+    newest = exposition.newest_verdicts(
+        session,
+        now - ENDED_VISIBLE_FOR,
+        {rollout_id: outline.gates for rollout_id, outline in outlines.items()},
+    )
+    counted: dict[int, dict[str, int]] = {row.id: {} for row in rows}
+    events = exposition.events_of_kinds(session, list(counted), ("paused", "step_extended"))
+    for owner, kind, detail, data in events:
+        key = kind if kind == "step_extended" else _hold_cause(detail, data)
+        counts = counted[owner]
+        counts[key] = counts.get(key, 0) + 1
+    rollouts = []
+    for row in rows:
+        outline, progress = outlines[row.id], Progress.from_storage(row.progress)
+        rollout_id = _label("rollout", row.id)
+        environment, name = _label("environment", row.environment), _label("name", row.name)
+        service = _label("service", row.service)
+        ended = _label("rollback", rollback_outcome(progress) or "")
+        facts = progress.rollback
+        gates = sorted(newest[row.id].items())
+        rollouts.append(
+            _Rollout(
+                # Label names in sorted order, as generate_latest writes them.
+                labels=f"{environment},{name},{rollout_id},{service}",
+                owner=f"{environment},{rollout_id},{service}",
+                before_state=f"{environment},{name},{ended},{rollout_id},{service},",
+                state=outline.state(progress),
+                step=_number(outline.step(progress)[0]),
+                weight=_number(outline.weight(progress)),
+                gates=[
+                    (f"{_label('gate', gate)},{_label('role', latest.role)},{rollout_id}", latest)
+                    for gate, latest in gates
+                ],
+                started=None if facts is None else rollback_kind(outline.triggers, facts),
+                counts=counted[row.id],
+            )
+        )
+    failures = exposition.attempts_by_kind(session, [row.id for row in rows])
+    return _Seen(rollouts, failures, outbox_stats(session), now)
+
+
+def _families(seen: _Seen) -> Iterator[_Family]:
+    """The families of one scrape, in order, each built when the caller asks for it."""
     state = _Family(
         "rolloutd_rollout_state",
         "gauge",
         "1 for the rollout's current state, 0 for the others; rollback: how its rollback "
         "ended (verified, or traffic_only: the plan has no executor), empty before.",
     )
+    states = [(candidate, _label("state", candidate.value)) for candidate in State]
+    for rollout in seen.rollouts:
+        for candidate, label in states:
+            state.add(rollout.before_state + label, _HOT[candidate is rollout.state])
+    yield state
     step = _Family("rolloutd_rollout_step", "gauge", "The rollout's current step (0-based).")
+    for rollout in seen.rollouts:
+        step.add(rollout.labels, rollout.step)
+    yield step
     weight = _Family(
         "rolloutd_rollout_canary_weight_percent",
         "gauge",
         "The share of sessions the rollout intends for the canary.",
     )
-    gate_value = _Family(
-        "rolloutd_gate_value",
-        "gauge",
-        "The newest value of each gate of each rollout (absent while it has none).",
-    )
-    gate_verdict = _Family(
-        "rolloutd_gate_verdict", "gauge", "1 for the gate's newest verdict, 0 for the others."
-    )
-    gate_age = _Family(
-        "rolloutd_gate_evaluated_timestamp_seconds",
-        "gauge",
-        "When the gate was last evaluated (Unix time).",
-    )
+    for rollout in seen.rollouts:
+        weight.add(rollout.labels, rollout.weight)
+    yield weight
+    yield from _gate_families(seen.rollouts)
     failures = _Family(
         "rolloutd_action_failures",
         "counter",
         "Failed attempts at the rollout's actions (set weights, alerts), by kind.",
     )
-    rollouts = _visible(session, now)
-    # The outline stored with each rollout, not its plan: a scrape of 10,000 rollouts
-    # must not build 10,000 plan models.
-    outlines = {rollout.id: outline_of(rollout) for rollout in rollouts}
-    progresses = {rollout.id: Progress.from_storage(rollout.progress) for rollout in rollouts}
-    newest = exposition.newest_verdicts(
-        session,
-        now - ENDED_VISIBLE_FOR,
-        {rollout_id: outline.gates for rollout_id, outline in outlines.items()},
-    )
-    states = [(candidate, _label("state", candidate.value)) for candidate in State]
-    verdicts = [(verdict.value, _label("verdict", verdict.value)) for verdict in Verdict]
-    for rollout in rollouts:
-        outline, progress = outlines[rollout.id], progresses[rollout.id]
-        rollout_id = _label("rollout", rollout.id)
-        environment, name = _label("environment", rollout.environment), _label("name", rollout.name)
-        service = _label("service", rollout.service)
-        # Label names in sorted order, as generate_latest writes them.
-        labels = f"{environment},{name},{rollout_id},{service}"
-        current = outline.state(progress)
-        ended = _label("rollback", rollback_outcome(progress) or "")
-        before_state = f"{environment},{name},{ended},{rollout_id},{service},"
-        for candidate, label in states:
-            state.add(before_state + label, _HOT[candidate is current])
-        step.add(labels, _number(outline.step(progress)[0]))
-        weight.add(labels, _number(outline.weight(progress)))
-        for gate, row in sorted(newest[rollout.id].items()):
-            gate_labels = f"{_label('gate', gate)},{_label('role', row.role)},{rollout_id}"
-            if row.value is not None:
-                gate_value.add(gate_labels, _number(row.value))
-            gate_age.add(gate_labels, _number(row.evaluated_at.timestamp()))
-            for verdict, label in verdicts:
-                gate_verdict.add(f"{gate_labels},{label}", _HOT[row.verdict == verdict])
-    for owner, kind, attempts in exposition.attempts_by_kind(session, [r.id for r in rollouts]):
+    for owner, kind, attempts in seen.failures:
         failures.add(f"{_label('kind', kind)},{_label('rollout', owner)}", _number(attempts))
-    return [
-        state,
-        step,
-        weight,
-        gate_value,
-        gate_verdict,
-        gate_age,
-        failures,
-        *_causes(session, rollouts, outlines, progresses),
-        *_outbox(session, now),
-    ]
+    yield failures
+    yield from _causes(seen.rollouts)
+    yield from _outbox(seen.outbox, seen.now)
 
 
-def _causes(
-    session: Session,
-    rollouts: list[RolloutRow],
-    outlines: dict[int, PlanOutline],
-    progresses: dict[int, Progress],
-) -> list[_Family]:
+def _gate_families(rollouts: list[_Rollout]) -> Iterator[_Family]:
+    value = _Family(
+        "rolloutd_gate_value",
+        "gauge",
+        "The newest value of each gate of each rollout (absent while it has none).",
+    )
+    for rollout in rollouts:
+        for labels, latest in rollout.gates:
+            if latest.value is not None:
+                value.add(labels, _number(latest.value))
+    yield value
+    verdict = _Family(
+        "rolloutd_gate_verdict", "gauge", "1 for the gate's newest verdict, 0 for the others."
+    )
+    verdicts = [(candidate.value, _label("verdict", candidate.value)) for candidate in Verdict]
+    for rollout in rollouts:
+        for labels, latest in rollout.gates:
+            for candidate, label in verdicts:
+                verdict.add(f"{labels},{label}", _HOT[latest.verdict == candidate])
+    yield verdict
+    age = _Family(
+        "rolloutd_gate_evaluated_timestamp_seconds",
+        "gauge",
+        "When the gate was last evaluated (Unix time).",
+    )
+    for rollout in rollouts:
+        for labels, latest in rollout.gates:
+            age.add(labels, _number(latest.evaluated_at.timestamp()))
+    yield age
+
+
+def _causes(rollouts: list[_Rollout]) -> Iterator[_Family]:
     """Rollbacks by cause (from the rollback facts), holds by cause and extended bakes (from
     the events). Every cause is reported, at 0 until it happens, so ``increase()`` sees the
     first one."""
@@ -324,42 +397,30 @@ def _causes(
         "Rollbacks started, by cause: gate (a step gate's breach), trigger, abort, deadline "
         "(progress deadline) or no_data (a gate's on_no_data).",
     )
+    rollback_causes = [(cause, _label("cause", cause)) for cause in ROLLBACK_CAUSES]
+    for rollout in rollouts:
+        for cause, label in rollback_causes:
+            rollbacks.add(f"{label},{rollout.owner}", _HOT[cause == rollout.started])
+    yield rollbacks
     holds = _Family(
         "rolloutd_holds",
         "counter",
         "Times the rollout was paused, by cause: operator, or no_data (inconclusive evaluations "
         "past the limit, or samples short after the extension).",
     )
+    hold_causes = [(cause, _label("cause", cause)) for cause in HOLD_CAUSES]
+    for rollout in rollouts:
+        for held, label in hold_causes:
+            holds.add(f"{label},{rollout.owner}", _number(rollout.counts.get(held, 0)))
+    yield holds
     extensions = _Family(
         "rolloutd_step_extensions",
         "counter",
         "Bakes extended because a gate had fewer samples than the step's min_samples.",
     )
-    counted: dict[int, dict[str, int]] = {r.id: {} for r in rollouts}
-    rows = exposition.events_of_kinds(session, list(counted), ("paused", "step_extended"))
-    for rollout_id, kind, detail, data in rows:
-        key = kind if kind == "step_extended" else _hold_cause(detail, data)
-        counts = counted[rollout_id]
-        counts[key] = counts.get(key, 0) + 1
-    rollback_causes = [(cause, _label("cause", cause)) for cause in ROLLBACK_CAUSES]
-    hold_causes = [(cause, _label("cause", cause)) for cause in HOLD_CAUSES]
     for rollout in rollouts:
-        labels = ",".join(
-            [
-                _label("environment", rollout.environment),
-                _label("rollout", rollout.id),
-                _label("service", rollout.service),
-            ]
-        )
-        facts = progresses[rollout.id].rollback
-        started = None if facts is None else rollback_kind(outlines[rollout.id].triggers, facts)
-        for cause, label in rollback_causes:
-            rollbacks.add(f"{label},{labels}", _HOT[cause == started])
-        counts = counted[rollout.id]
-        for held, label in hold_causes:
-            holds.add(f"{label},{labels}", _number(counts.get(held, 0)))
-        extensions.add(labels, _number(counts.get("step_extended", 0)))
-    return [rollbacks, holds, extensions]
+        extensions.add(rollout.owner, _number(rollout.counts.get("step_extended", 0)))
+    yield extensions
 
 
 def _hold_cause(detail: str, data: dict[str, Any] | None) -> str:
@@ -371,12 +432,7 @@ def _hold_cause(detail: str, data: dict[str, Any] | None) -> str:
     return "no_data" if detail.startswith("paused: ") else "operator"
 
 
-def _visible(session: Session, now: datetime) -> list[RolloutRow]:
-    return exposition.visible_rollouts(session, now - ENDED_VISIBLE_FOR)
-
-
-def _outbox(session: Session, now: datetime) -> list[_Family]:
-    stats = outbox_stats(session)
+def _outbox(stats: OutboxStats, now: datetime) -> Iterator[_Family]:
     age = 0.0
     if stats.oldest_pending_at is not None:
         age = max((now - stats.oldest_pending_at).total_seconds(), 0.0)
@@ -401,9 +457,7 @@ def _outbox(session: Session, now: datetime) -> list[_Family]:
         ),
         ("rolloutd_outbox_sent", "counter", "Alert messages Slack accepted.", stats.sent),
     ]
-    families = []
     for name, kind, documentation, value in found:
         family = _Family(name, kind, documentation)
         family.add("", _number(value))
-        families.append(family)
-    return families
+        yield family

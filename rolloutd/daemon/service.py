@@ -307,7 +307,7 @@ class Daemon:
                 clock=self.clock,
             )
             self._health = HealthServer(
-                host, port, self._health_report, self.metrics.exposition, web.handle
+                host, port, self._health_report, self.metrics.chunks, web.handle
             )
         except OSError as exc:
             raise PermanentError(

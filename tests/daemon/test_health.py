@@ -29,9 +29,9 @@ def test_a_scrape_that_hangs_up_mid_answer_prints_no_traceback(
     keep answering."""
     served = threading.Event()
 
-    def metrics() -> tuple[bytes, str]:
+    def metrics() -> tuple[list[bytes], str]:
         served.set()
-        return BIG, "text/plain"
+        return [BIG], "text/plain"
 
     server = HealthServer("127.0.0.1", 0, lambda: (True, {"role": "leader"}), metrics=metrics)
     server.start()

@@ -123,6 +123,43 @@ def test_a_scrape_builds_no_sample_object_per_rollout(store: StoreHandle, monkey
     assert built[0] == one
 
 
+def test_a_scrape_reads_first_and_writes_one_family_at_a_time(
+    store: StoreHandle, monkeypatch: Any
+) -> None:
+    """The database is read before ``chunks()`` returns, in one transaction (a rollout started
+    afterwards is in the next scrape, not half in this one); the families are then written one
+    by one, each let go before the next is built, so a scrape of 10,000 rollouts never holds
+    all its ~90 MB of lines at once."""
+    from rolloutd.daemon import metrics as module
+
+    families: list[Any] = []
+    with_lines: list[int] = []
+    init, add = module._Family.__init__, module._Family.add
+
+    def tracked_init(self: Any, *args: Any) -> None:
+        init(self, *args)
+        families.append(self)
+
+    def tracked_add(self: Any, *args: Any) -> None:
+        add(self, *args)
+        with_lines.append(sum(1 for family in families if family.lines))
+
+    monkeypatch.setattr(module._Family, "__init__", tracked_init)
+    monkeypatch.setattr(module._Family, "add", tracked_add)
+    h = Harness(store)
+    h.tick()
+    h.tick(seconds=30)
+    copy_rollout(h.store.engine, h.rollout_id, 3, with_evaluations=True)
+    metrics = DaemonMetrics(h.store.sessions, instance="a", wall=h.clock, leading=lambda: 1)
+    chunks, _ = metrics.chunks()
+    copy_rollout(h.store.engine, h.rollout_id, 1, with_evaluations=True, tag="later")
+    body = b"".join(chunks)
+    assert len(families) > 10 and max(with_lines) == 1
+    assert body.count(b"rolloutd_rollout_step{") == 4
+    whole, _ = metrics.exposition()
+    assert whole.count(b"rolloutd_rollout_step{") == 5
+
+
 def test_the_text_is_the_text_format_prometheus_client_writes(store: StoreHandle) -> None:
     """Written by hand, the text reads back and is written again by prometheus_client's own
     parser and writer to the same bytes: label names sorted, values escaped (a name with a
