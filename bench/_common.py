@@ -89,13 +89,21 @@ def scratch_database(server: str) -> Iterator[str]:
 class DaemonProcess:
     """One ``rolloutd run`` as instance ``name`` on the database at ``url``, its JSON-lines
     log at ``log_path``, started as the tests start theirs; ``ttl`` is its lease TTL in
-    seconds (None: the daemon's own)."""
+    seconds (None: the daemon's own), ``env`` more of its environment."""
 
-    def __init__(self, name: str, url: str, log_path: Path, *, ttl: float | None = None) -> None:
+    def __init__(
+        self,
+        name: str,
+        url: str,
+        log_path: Path,
+        *,
+        ttl: float | None = None,
+        env: dict[str, str] | None = None,
+    ) -> None:
         self.name = name
         self.log_path = log_path
         self._log = log_path.open("wb")
-        self.proc = spawn_rolloutd(daemon_env(url, name, ttl=ttl), self._log)
+        self.proc = spawn_rolloutd({**daemon_env(url, name, ttl=ttl), **(env or {})}, self._log)
 
     def log_events(self, offset: int = 0) -> list[dict[str, Any]]:
         """The log's events from byte ``offset`` on (lines that are not JSON are skipped)."""

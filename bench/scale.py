@@ -192,7 +192,10 @@ class Leader:
     """The daemon under measurement, and what it and the database say about it."""
 
     def __init__(self, url: str, workdir: Path) -> None:
-        self.daemon = DaemonProcess("scale", url, workdir / "rolloutd.log")
+        # As systemd/rolloutd.service runs it: two malloc arenas (see the unit).
+        self.daemon = DaemonProcess(
+            "scale", url, workdir / "rolloutd.log", env={"MALLOC_ARENA_MAX": "2"}
+        )
         self.db = psycopg.connect(
             normalise_url(url).set(drivername="postgresql").render_as_string(hide_password=False),
             autocommit=True,
