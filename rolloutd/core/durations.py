@@ -1,13 +1,22 @@
-"""Durations as operators write them in plans: ``48h``, ``90m``, ``1h30m``, ``2d``, ``500ms``."""
+"""Durations as operators write them in plans: ``48h``, ``90m``, ``1h30m``, ``2d``, ``500ms``
+(and PromQL's units, a year of 365 days included)."""
 
 from __future__ import annotations
 
 import re
 from datetime import timedelta
 
-_UNIT_SECONDS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0, "w": 604800.0}
-_PART = re.compile(r"(\d+(?:\.\d+)?)\s*(ms|s|m|h|d|w)")
-_WHOLE = re.compile(r"(?:\d+(?:\.\d+)?\s*(?:ms|s|m|h|d|w)\s*)+")
+_UNIT_SECONDS = {
+    "ms": 0.001,
+    "s": 1.0,
+    "m": 60.0,
+    "h": 3600.0,
+    "d": 86400.0,
+    "w": 604800.0,
+    "y": 31_536_000.0,
+}
+_PART = re.compile(r"(\d+(?:\.\d+)?)\s*(ms|s|m|h|d|w|y)")
+_WHOLE = re.compile(r"(?:\d+(?:\.\d+)?\s*(?:ms|s|m|h|d|w|y)\s*)+")
 
 
 def parse_duration(text: str) -> timedelta:

@@ -126,9 +126,9 @@ class DaemonMetrics:
         return b"".join(chunks), content_type
 
     def chunks(self) -> tuple[Iterator[bytes], str]:
-        """The text format Prometheus scrapes, a family or a few at a time, and its content
-        type: the database is read before this returns, the families are written as the
-        iterator is taken (``/metrics`` sends each as it comes)."""
+        """The text format Prometheus scrapes, a family at a time, and its content type: the
+        database is read before this returns, each family is written as the iterator is
+        taken (``/metrics`` sends each as it comes)."""
         counted = generate_latest(self.registry)
         return itertools.chain([counted], self.store.texts()), CONTENT_TYPE_LATEST
 

@@ -41,6 +41,7 @@ from typing import Literal, Self
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
+from rolloutd.core.durations import parse_duration
 from rolloutd.errors import BadInput, Problem
 from rolloutd.userfiles import read_user_file, safe_yaml
 
@@ -56,16 +57,7 @@ _UNKNOWN_PLACEHOLDER = re.compile(r"\{\s*([A-Za-z_][A-Za-z0-9_]*)\s*\}")
 _QUOTED_POOL = re.compile(r'(?<!=~)(?<!!~)"\{pool\}"')
 _QUOTED_MODEL = re.compile(r'(?<!=~)(?<!!~)"\{model\}"')
 _HISTOGRAM_QUANTILE = re.compile(r"histogram_quantile\(\s*([0-9]*\.?[0-9]+)\s*,")
-_WINDOW = re.compile(r"^(\d+)(ms|s|m|h|d|w|y)$")
-_UNIT_SECONDS = {
-    "ms": 0.001,
-    "s": 1,
-    "m": 60,
-    "h": 3600,
-    "d": 86_400,
-    "w": 604_800,
-    "y": 31_536_000,
-}
+_WINDOW = re.compile(r"^\d+(ms|s|m|h|d|w|y)$")
 _LABEL_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 _SIGNAL_NAME = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,99}$"
 MAX_TEMPLATE_BYTES = 256 * 1024
@@ -100,9 +92,7 @@ def window_seconds(window: timedelta | str) -> float:
 
     :raises ValueError: as :func:`promql_duration` does.
     """
-    match = _WINDOW.fullmatch(promql_duration(window))
-    assert match is not None  # promql_duration returns nothing else
-    return int(match.group(1)) * _UNIT_SECONDS[match.group(2)]
+    return parse_duration(promql_duration(window)).total_seconds()
 
 
 @dataclass(frozen=True)

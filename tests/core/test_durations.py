@@ -20,6 +20,7 @@ from rolloutd.core.durations import format_duration, parse_duration
         ("1h30m", timedelta(hours=1, minutes=30)),
         ("2d", timedelta(days=2)),
         ("1w", timedelta(weeks=1)),
+        ("1y", timedelta(days=365)),
         ("500ms", timedelta(milliseconds=500)),
         ("1.5h", timedelta(minutes=90)),
         ("0s", timedelta(0)),
