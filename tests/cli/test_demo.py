@@ -6,6 +6,7 @@ import json
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 import sqlalchemy
@@ -71,8 +72,10 @@ def test_the_support_deployment_judges_ttft_at_matched_load_and_faithfulness(
     tmp_path: Path,
 ) -> None:
     """support-70b's happy run: at 5% on one box a pool, the TTFT gate passes at the load
-    the canary carried and names the band it never reached; the faithfulness suite runs on
-    both boxes and passes; the rollout completes."""
+    the canary carried and names every band stable carried that the canary never reached
+    (which bands those are depends on how fast the simulated agents run: on a loaded
+    machine stable may stay in the canary's band); the faithfulness suite runs on both
+    boxes and passes; the rollout completes."""
     result = run_demo(
         SCENARIOS["happy"],
         speed=14400.0,
@@ -85,15 +88,34 @@ def test_the_support_deployment_judges_ttft_at_matched_load_and_faithfulness(
     with engine.connect() as db:
         said = db.execute(
             sqlalchemy.text(
-                "select gate, verdict, reason from gate_evaluations"
+                "select gate, reason, evidence from gate_evaluations"
                 " where gate in ('ttft_p95', 'faithfulness') and verdict = 'pass'"
             )
         ).all()
     engine.dispose()
-    ttft = [reason for gate, _, reason in said if gate == "ttft_p95"]
-    assert any(r.startswith("no slower than stable at matched load") for r in ttft), ttft
-    assert any("the canary never carried that load" in r for r in ttft), ttft
+    # At 100% there is no stable pool to match: the gate is judged against its threshold
+    # alone, and that verdict carries no reason.
+    matched = [
+        (reason, _evidence(evidence)["matched_load"])
+        for gate, reason, evidence in said
+        if gate == "ttft_p95" and reason is not None
+    ]
+    assert matched, said
+    for reason, evidence in matched:
+        assert reason.startswith("no slower than stable at matched load"), reason
+        unreached = evidence["unreached"]
+        if unreached:
+            assert reason.endswith(
+                f"not judged at {', '.join(unreached)}: the canary never carried that load"
+            ), (reason, unreached)
+        else:
+            assert "never carried" not in reason, reason
     assert any(gate == "faithfulness" for gate, _, _ in said), said
+
+
+def _evidence(stored: str | dict[str, Any]) -> dict[str, Any]:
+    """A stored evidence column: JSON text on SQLite."""
+    return json.loads(stored) if isinstance(stored, str) else stored
 
 
 def test_a_scenario_of_the_other_deployment_is_refused_naming_the_option() -> None:
