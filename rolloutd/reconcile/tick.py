@@ -124,6 +124,9 @@ class Reconciler:
         self.slow: set[int] = set()
         """Rollouts whose last observation (router, metrics) took over :data:`SLOW_SECONDS`:
         the scheduler ticks each in a batch of its own, so it holds up no other."""
+        self.local: set[int] = set()
+        """Rollouts whose plan reaches nothing over the network (``Plan.waits_on_network``),
+        once their plan was read: the scheduler ticks their batches in one thread."""
 
     def tick(self, rollout_id: int) -> TickResult:
         """Run one tick of ``rollout_id`` alone.
@@ -208,6 +211,10 @@ class Reconciler:
                         found[rollout_id] = exc
                     else:
                         self.intervals[rollout_id] = read.plan.trigger_interval
+                        if read.plan.waits_on_network:
+                            self.local.discard(rollout_id)
+                        else:
+                            self.local.add(rollout_id)
         return {i: found[i] if i in found else self.known.facts[i] for i in rollout_ids}
 
     def _observe(self, facts: Facts, now: datetime) -> _Work | TickResult:
@@ -269,8 +276,10 @@ class Reconciler:
         self.known.forget(rollout_id)
         if rollout_id is None:
             self.intervals.clear()
+            self.local.clear()
         else:
             self.intervals.pop(rollout_id, None)
+            self.local.discard(rollout_id)
 
     def close(self) -> None:
         """Nothing to release: the evaluation runs the tick creates are

@@ -905,3 +905,23 @@ def test_a_url_the_daemon_could_not_connect_to_is_a_problem_of_the_plan(
         with pytest.raises(BadInput) as raised:
             parse_plan(yaml.safe_dump(data), "plan.yaml")
         assert Problem("plan.yaml", field, message) in raised.value.problems, path
+
+
+def test_a_plan_waits_on_the_network_unless_its_router_metrics_and_executor_are_local(
+    tmp_path: Path,
+) -> None:
+    """A file router and metrics file with no executor reach nothing over the network (the
+    daemon ticks such rollouts in one thread); a Prometheus, an HAProxy socket or an
+    executor each may."""
+    from tests.plans import file_plan
+
+    local = file_plan("local", tmp_path / "weights.json", tmp_path / "metrics.json")
+    assert not plan_of(local).waits_on_network
+    prometheus = {
+        **local,
+        "metrics": {"source": "prometheus", "url": "http://127.0.0.1:9090", "templates": "vllm"},
+    }
+    assert plan_of(prometheus).waits_on_network
+    executor = {**local, "executor": {"kind": "command", "argv": ["/bin/true"]}}
+    assert plan_of(executor).waits_on_network
+    assert example_plan().waits_on_network  # HAProxy and Prometheus

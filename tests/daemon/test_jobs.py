@@ -8,7 +8,7 @@ from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
 from rolloutd.core.plan import Plan
-from rolloutd.daemon.jobs import WORKERS, TickJobs
+from rolloutd.daemon.jobs import WORKERS, TickJobs, _Due
 from rolloutd.daemon.metrics import DaemonMetrics
 from rolloutd.routers.base import Router
 from tests.reconcile.test_reconcile import Harness
@@ -114,3 +114,59 @@ def test_a_stop_waits_for_the_batches_in_flight_and_drops_those_not_started(
     stopped.join(30)
     assert not stopped.is_alive()
     assert sorted(ran) == list(range(WORKERS))  # the ones in flight finished; no other began
+
+
+def test_batches_that_reach_nothing_over_the_network_run_one_at_a_time_in_one_thread(
+    store: StoreHandle,
+) -> None:
+    """250 rollouts on local drivers and 250 on network ones, all due: the local ones' three
+    batches run one after another in one thread (computing side by side only contends for
+    the interpreter lock); the others' batches run side by side in the pool; no batch mixes
+    the two."""
+    h = Harness(store)
+    local, remote = set(range(1, 251)), set(range(1001, 1251))
+    h.reconciler.local.update(local)
+    lock = threading.Lock()
+    running = {"local": 0, "remote": 0}
+    most = {"local": 0, "remote": 0}
+    threads: dict[str, set[str]] = {"local": set(), "remote": set()}
+    ticked: set[int] = set()
+    mixed: list[list[int]] = []
+
+    def recording(ids: list[int]) -> dict[int, Any]:
+        lane = "local" if ids[0] in local else "remote"
+        if any((i in local) != (lane == "local") for i in ids):
+            mixed.append(ids)
+        with lock:
+            running[lane] += 1
+            most[lane] = max(most[lane], running[lane])
+            threads[lane].add(threading.current_thread().name)
+        time.sleep(0.1)
+        with lock:
+            running[lane] -= 1
+            ticked.update(ids)
+        return {}
+
+    h.reconciler.tick_many = recording  # type: ignore[method-assign,assignment]
+    metrics = DaemonMetrics(store.sessions, instance="test", wall=h.clock, leading=lambda: 1)
+    jobs = _jobs(store, h, metrics)
+    jobs.start()
+    try:
+        jobs.lead()
+        with jobs._kick:  # as sync() adds the rollouts it reads
+            now = datetime.now(UTC)
+            for rollout_id in local | remote:
+                jobs._rollouts[rollout_id] = _Due(None, now)
+            jobs._soonest = now
+            jobs._kick.notify()
+        deadline = time.monotonic() + 30
+        while not (local | remote) <= ticked and time.monotonic() < deadline:
+            time.sleep(0.02)
+    finally:
+        jobs.shutdown()
+    assert (local | remote) <= ticked
+    assert mixed == []
+    assert most["local"] == 1
+    assert len(threads["local"]) == 1 and threads["local"].pop().startswith("tick-local")
+    assert most["remote"] > 1
+    assert not any(name.startswith("tick-local") for name in threads["remote"])

@@ -505,3 +505,21 @@ def test_a_gate_both_trigger_and_step_gate_gets_its_final_look(store: StoreHandl
             e for e in queries.list_events(session, h.rollout_id) if e.kind == "rollback_started"
         ]
     assert "gate esc breached: final look over" in started.detail
+
+
+def test_the_reconciler_knows_which_rollouts_reach_nothing_over_the_network(
+    store: StoreHandle,
+) -> None:
+    """Once a rollout's plan was read, the scheduler can tell its batches to run in one
+    thread: memory twins reach nothing over the network; Prometheus metrics do. Forgetting
+    the rollout forgets that too."""
+    h = Harness(store)
+    h.tick()
+    assert h.rollout_id in h.reconciler.local
+    h.reconciler.forget(h.rollout_id)
+    assert h.rollout_id not in h.reconciler.local
+
+    metrics = {"source": "prometheus", "url": "http://127.0.0.1:9", "templates": "vllm"}
+    remote = Harness(store, plan={**PLAN, "service": "other", "metrics": metrics})
+    remote.tick()
+    assert remote.rollout_id not in remote.reconciler.local

@@ -80,6 +80,17 @@ class Plan(_Spec):
         )
         return PlanOutline(steps, tuple(self.rollback.triggers), tuple(self.gates))
 
+    @property
+    def waits_on_network(self) -> bool:
+        """Whether a tick of this plan may wait on the network: its router, metrics source
+        or executor is reached over it. A file and a memory twin never are."""
+        local = ("file", "memory")
+        return (
+            self.router.driver not in local
+            or self.metrics.source not in local
+            or self.executor.kind != "none"
+        )
+
     def step_weight(self, index: int) -> int:
         """The canary weight in force at step ``index`` (a pause keeps the one before it)."""
         for step in reversed(self.steps[: index + 1]):
