@@ -35,6 +35,7 @@ from rolloutd.alerts.sender import Sender
 from rolloutd.alerts.webhooks import Webhooks
 from rolloutd.clock import AnchoredClock, utc_now
 from rolloutd.daemon.health import HealthServer
+from rolloutd.daemon.heap import Heap
 from rolloutd.daemon.jobs import TickJobs
 from rolloutd.daemon.leadership import Leadership, daemon_event
 from rolloutd.daemon.listener import POLL_SECONDS, CommandListener
@@ -207,12 +208,14 @@ class Daemon:
         ready = False
         beat = watchdog_interval()
         last_beat = 0.0
+        heap = Heap(time.monotonic)
         while not self.stopping.is_set():
             if self.reload_requested.is_set():
                 self.reload_requested.clear()
                 self._reload()
             self._check_wall_clock()
             self._lead_or_stand_by()
+            heap.tend()
             self.last_loop = self.monotonic()
             if not ready:
                 self.notifier.ready(self._status())
