@@ -1,15 +1,19 @@
 """What one leader costs as the number of active rollouts grows.
 
-    python3 bench/scale.py [--rollouts 10,100,1000] [--minutes 3] [--output table|json]
-                           [--server postgresql:///postgres]
+    python3 bench/scale.py [--rollouts 10,100,1000] [--minutes 3] [--settle 60]
+                           [--output table|json] [--server postgresql:///postgres]
 
 For each N: a scratch database on the Postgres server, N rollouts started in it, each with 6
 gates (4 step gates and 2 rollback triggers), a step interval of 30 s and a trigger interval
 of 10 s, a 48 h canary bake, on the ``file`` router and the ``file`` metrics source (every
 signal reads a healthy value, so each tick judges every due gate and keeps the rollout
 baking). One ``rolloutd run`` leads. Once every rollout's
-canary weight is verified (or after a warm-up of at most ``--warmup`` minutes), the window of
-``--minutes`` is measured:
+canary weight is verified (or after a warm-up of at most ``--warmup`` minutes), the leader
+settles for ``--settle`` seconds, then the window of ``--minutes`` is measured. (Every rollout
+of the bench starts in the same second, so every one is verified within seconds of the others,
+and a tick that wrote reads its rollout afresh on the next: right after the warm-up, the leader
+re-reads 10,000 rollouts at once, a burst no fleet whose rollouts start apart ever sees.
+``--settle 0`` measures from the warm-up's end.)
 
 - the leader's CPU time over the window, as a share of one core (``/proc``), and its peak RSS
   (sampled every second); during the window ``/metrics`` is scraped every 15 s, as a
@@ -318,8 +322,10 @@ def cold_start(args: list[str], env: dict[str, str]) -> float:
     return statistics.median(times)
 
 
-def measure(server: str, count: int, minutes: float, warmup: float) -> dict[str, Any]:
-    """One N: start the rollouts and a leader, warm up, measure a window."""
+def measure(
+    server: str, count: int, minutes: float, warmup: float, settle: float
+) -> dict[str, Any]:
+    """One N: start the rollouts and a leader, warm up, settle, measure a window."""
     with (
         tempfile.TemporaryDirectory(prefix="rolloutd-scale-") as tmp,
         scratch_database(server) as url,
@@ -333,8 +339,10 @@ def measure(server: str, count: int, minutes: float, warmup: float) -> dict[str,
             while (verified := leader.verified()) < count and time.monotonic() < deadline:
                 time.sleep(1)
             progress(
-                f"N={count}: {verified} of {count} canaries verified; measuring {minutes:g} min"
+                f"N={count}: {verified} of {count} canaries verified; settling {settle:g} s, "
+                f"then measuring {minutes:g} min"
             )
+            time.sleep(settle)
             first, rows0 = leader.metrics(), leader.rows_written()
             cpu0 = leader.daemon.cpu_seconds()
             window_start = datetime.now(UTC)
@@ -438,6 +446,9 @@ def main() -> None:
     parser.add_argument("--rollouts", default="10,100,1000", help="comma-separated Ns")
     parser.add_argument("--minutes", type=float, default=3.0, help="measured window per N")
     parser.add_argument("--warmup", type=float, default=5.0, help="warm-up limit, minutes")
+    parser.add_argument(
+        "--settle", type=float, default=60.0, help="seconds between the warm-up and the window"
+    )
     parser.add_argument("--output", choices=["table", "json"], default="table")
     add_server_option(parser)
     args = parser.parse_args()
@@ -445,9 +456,11 @@ def main() -> None:
         counts = [int(n) for n in args.rollouts.split(",")]
     except ValueError:
         parser.error(f"--rollouts: expected numbers separated by commas, got {args.rollouts!r}")
-    if any(n < 1 for n in counts) or args.minutes <= 0 or args.warmup < 0:
-        parser.error("--rollouts must be positive, --minutes above 0, --warmup 0 or more")
-    results = [measure(args.server, n, args.minutes, args.warmup) for n in counts]
+    if any(n < 1 for n in counts) or args.minutes <= 0 or args.warmup < 0 or args.settle < 0:
+        parser.error(
+            "--rollouts must be positive, --minutes above 0, --warmup and --settle 0 or more"
+        )
+    results = [measure(args.server, n, args.minutes, args.warmup, args.settle) for n in counts]
     print_results(results, args.output, report)
 
 
