@@ -2,14 +2,15 @@
 
 A leader of thousands of rollouts keeps their facts between ticks: at 10,000 rollouts some
 630,000 objects, which every full collection walks (0.43 s, measured), and the ticks'
-allocations set one off every twenty seconds or so. Every thread waits for it, so it showed
-as a tick lag of half a second and as CPU. :class:`Heap` collects in full itself now and then,
-and moves what survived into the permanent generation (:func:`gc.freeze`), which automatic
-collections leave alone: they walk only what is newer. Freed objects are still freed (their
-reference counts drop); only garbage cycles among the frozen wait for the next refreeze,
-which first puts them back (:func:`gc.unfreeze`). The interval doubles from
-:data:`FIRST_AFTER` to :data:`AT_MOST`: a new leader's facts are frozen soon after they are
-read, and a steady leader pays one full pass every ten minutes.
+allocations set one off about once every 20,000 rollout-ticks (measured in-process: 20 s at
+10,000 rollouts). It holds the interpreter lock throughout: every thread waits for it.
+:class:`Heap` collects in full itself now and then, and moves what survived into the
+permanent generation (:func:`gc.freeze`), which automatic collections leave alone: they walk
+only what is newer. Freed objects are still freed (their reference counts drop); only
+garbage cycles among the frozen wait for the next refreeze, which first puts them back
+(:func:`gc.unfreeze`). The interval doubles from :data:`FIRST_AFTER` to :data:`AT_MOST`: a
+new leader's facts are frozen soon after they are read, and a steady leader pays one full
+pass every ten minutes.
 """
 
 from __future__ import annotations
