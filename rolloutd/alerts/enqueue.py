@@ -1,16 +1,18 @@
 """Turning an alert into outbox messages, inside the caller's transaction.
 
 The plan's ``alerts`` section says which channels hear about a topic and from which severity
-on. Each (alert, channel) pair becomes one outbox row under a deterministic key, so the
-transaction that records the cause can run again after a crash and add nothing twice.
+on. A rollout's alert is built into its routed messages (:func:`rollout_messages`) from
+plain inputs, when it is decided, so what the operator reads is what was true then. Each
+(alert, channel) pair becomes one outbox row under a deterministic key, so the transaction
+that records the cause can run again after a crash and add nothing twice.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import replace
 from datetime import datetime
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol, TypedDict
 
 from rolloutd.alerts.slack import AlertFacts, build_message, graph_url
 from rolloutd.core.actions import CommandKind
@@ -19,7 +21,7 @@ from rolloutd.core.plan import AlertChannel, Alerts, Plan
 from rolloutd.core.progress import Progress
 from rolloutd.operations import plan_of
 from rolloutd.store import queries
-from rolloutd.store.models import Rollout
+from rolloutd.store.models import GateEvaluation, Rollout
 from rolloutd.store.outbox import enqueue_message
 
 if TYPE_CHECKING:
@@ -31,6 +33,35 @@ _SUGGESTED: tuple[tuple[CommandKind, str], ...] = (
     ("abort", 'rolloutctl abort {id} --reason "..."'),
     ("resume", "rolloutctl resume {id}"),
 )
+
+
+class Named(Protocol):
+    """Who a rollout is, as its messages name it."""
+
+    @property
+    def id(self) -> int: ...
+
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def service(self) -> str: ...
+
+    @property
+    def environment(self) -> str: ...
+
+
+Newest = Callable[[str], GateEvaluation | None]
+"""The newest evaluation of a gate of the rollout, by gate name (its query is the evidence)."""
+
+
+class Routed(TypedDict):
+    """One alert's message to one channel, at the severity routed to it."""
+
+    channel: str
+    webhook_env: str
+    severity: str
+    message: dict[str, Any]
 
 
 def deliveries(alerts: Alerts, topic: str, severity: str) -> list[tuple[str, AlertChannel, str]]:
@@ -57,6 +88,56 @@ def evidence_base(plan: Plan) -> str | None:
     return plan.metrics.url
 
 
+def rollout_messages(
+    plan: Plan,
+    progress: Progress,
+    rollout: Named,
+    *,
+    topic: str,
+    severity: str,
+    text: str,
+    data: Mapping[str, Any],
+    newest: Newest,
+) -> list[Routed]:
+    """The messages of an alert of ``rollout``: one for each channel ``plan`` routes
+    ``topic`` to, saying where ``progress`` stands and which commands apply to it.
+
+    ``newest`` is asked only for the alert's gate, and only when the plan's gates read
+    Prometheus (the evidence link opens its query).
+    """
+    if plan.alerts is None:
+        return []
+    routed = deliveries(plan.alerts, topic, severity)
+    if not routed:
+        return []
+    facts = _facts(plan, progress, rollout, topic, severity, text, data, newest)
+    return [_routed(facts, name, channel, sev) for name, channel, sev in routed]
+
+
+def newest_in(session: Session, rollout_id: int) -> Newest:
+    """The newest evaluation of a gate of ``rollout_id``, read in ``session`` when asked."""
+    return lambda gate: queries.latest_evaluations(session, rollout_id, gates=[gate]).get(gate)
+
+
+def enqueue_routed(
+    session: Session,
+    messages: Iterable[Routed],
+    *,
+    rollout_id: int,
+    key: str,
+    topic: str,
+    now: datetime,
+) -> int:
+    """Queue an alert's messages under ``rollout-<id>/<key>/<channel>``.
+
+    :returns: how many were added (0 on a replay).
+    """
+    return sum(
+        _enqueue(session, f"rollout-{rollout_id}/{key}/{m['channel']}", rollout_id, topic, m, now)
+        for m in messages
+    )
+
+
 def enqueue_rollout_alert(
     session: Session,
     rollout: Rollout,
@@ -68,21 +149,22 @@ def enqueue_rollout_alert(
     data: Mapping[str, Any],
     now: datetime,
 ) -> int:
-    """Queue one message per routed channel for an alert of ``rollout``.
+    """Queue one message per routed channel for an alert of ``rollout``, as its stored plan
+    and progress say now.
 
     :returns: how many messages were added (0 without an ``alerts`` section, or on a replay).
     """
-    plan = plan_of(rollout)
-    if plan.alerts is None:
-        return 0
-    routed = deliveries(plan.alerts, topic, severity)
-    if not routed:
-        return 0
-    facts = _facts(session, rollout, plan, topic, severity, text, data)
-    return sum(
-        _enqueue(session, f"rollout-{rollout.id}/{key}/{name}", facts, name, channel, sev, now)
-        for name, channel, sev in routed
+    messages = rollout_messages(
+        plan_of(rollout),
+        Progress.from_storage(rollout.progress),
+        rollout,
+        topic=topic,
+        severity=severity,
+        text=text,
+        data=data,
+        newest=newest_in(session, rollout.id),
     )
+    return enqueue_routed(session, messages, rollout_id=rollout.id, key=key, topic=topic, now=now)
 
 
 def enqueue_leadership_alert(
@@ -116,7 +198,8 @@ def enqueue_leadership_alert(
                 continue
             seen.add(channel.webhook_env)
             key = f"leadership/epoch-{epoch}/{change}/{channel.webhook_env}"
-            added += _enqueue(session, key, facts, name, channel, routed_severity, now)
+            routed = _routed(facts, name, channel, routed_severity)
+            added += _enqueue(session, key, None, facts.topic, routed, now)
     return added
 
 
@@ -149,45 +232,54 @@ def enqueue_plan_alert(
     if plan.alerts is None:
         return 0
     facts = AlertFacts(topic=topic, severity=severity, text=text)
+    routed = [_routed(facts, *to) for to in deliveries(plan.alerts, topic, severity)]
     return sum(
-        _enqueue(session, f"plan-{plan.name}/{key}/{name}", facts, name, channel, sev, now)
-        for name, channel, sev in deliveries(plan.alerts, topic, severity)
+        _enqueue(session, f"plan-{plan.name}/{key}/{r['channel']}", None, topic, r, now)
+        for r in routed
+    )
+
+
+def _routed(facts: AlertFacts, name: str, channel: AlertChannel, severity: str) -> Routed:
+    """One message of an alert to one channel, at the severity routed to it."""
+    return Routed(
+        channel=name,
+        webhook_env=channel.webhook_env,
+        severity=severity,
+        message=build_message(_with_severity(facts, severity)),
     )
 
 
 def _enqueue(
     session: Session,
     key: str,
-    facts: AlertFacts,
-    name: str,
-    channel: AlertChannel,
-    severity: str,
+    rollout_id: int | None,
+    topic: str,
+    routed: Routed,
     now: datetime,
 ) -> int:
-    """One message of an alert to one channel, at the severity routed to it."""
     return enqueue_message(
         session,
         key=key,
-        rollout_id=facts.rollout_id,
-        topic=facts.topic,
-        severity=severity,
-        channel=name,
-        webhook_env=channel.webhook_env,
-        message=build_message(_with_severity(facts, severity)),
+        rollout_id=rollout_id,
+        topic=topic,
+        severity=routed["severity"],
+        channel=routed["channel"],
+        webhook_env=routed["webhook_env"],
+        message=routed["message"],
         now=now,
     )
 
 
 def _facts(
-    session: Session,
-    rollout: Rollout,
     plan: Plan,
+    progress: Progress,
+    rollout: Named,
     topic: str,
     severity: str,
     text: str,
     data: Mapping[str, Any],
+    newest: Newest,
 ) -> AlertFacts:
-    progress = Progress.from_storage(rollout.progress)
     step = data.get("step")
     index = step if isinstance(step, int) else progress.step_index
     index = min(max(index, 0), len(plan.steps) - 1)
@@ -197,7 +289,7 @@ def _facts(
     evidence = None
     base = evidence_base(plan)
     if gate is not None and base is not None:
-        latest = queries.latest_evaluations(session, rollout.id, gates=[gate]).get(gate)
+        latest = newest(gate)
         if latest is not None and latest.query:
             evidence = graph_url(base, latest.query)
             if value is None:

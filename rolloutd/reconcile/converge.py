@@ -99,11 +99,11 @@ class Converger:
                 )
                 queries.reopen_action(session, row.id)
             attempt = Attempt.of(row)
-        landed = self._set(rollout_id, router, attempt, bound)
+        landed = self._set(facts, router, attempt, bound)
         return _observed(landed or state, facts.done)
 
     def _set(
-        self, rollout_id: int, router: Router, attempt: Attempt, bound: Any
+        self, facts: Facts, router: Router, attempt: Attempt, bound: Any
     ) -> RouterState | None:
         """Set the attempt's weight and read it back once; None when it was not sent (backing
         off) or failed (the outcome is recorded on its row)."""
@@ -124,7 +124,7 @@ class Converger:
                 raise TemporaryError(f"router reads {state.weight}% after setting {weight}%")
             landed.append(state)
 
-        if not self.performer.run(rollout_id, attempt, write, bound):
+        if not self.performer.run(facts, attempt, write, bound):
             return None
         return landed[0]
 

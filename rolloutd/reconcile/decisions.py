@@ -2,8 +2,10 @@
 
 A baking rollout's decision changes nothing worth writing (:func:`quiet`); any other is
 written whole (:func:`write`): progress under the revision and lease fence, events under keys
-that make a retried tick idempotent, command outcomes, and the attempt row of a new desired
-fact, every older one superseded in the same transaction so that it is never sent.
+that make a retried tick idempotent, command outcomes, the attempt row of a new desired
+fact, every older one superseded in the same transaction so that it is never sent, and each
+alert with its routed messages, built from the decision's progress and the evaluations the
+batch just stored (performing it only queues them).
 """
 
 from __future__ import annotations
@@ -12,10 +14,11 @@ from dataclasses import replace
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
+from rolloutd.core.actions import Alert
 from rolloutd.core.machine import Decision
 from rolloutd.reconcile.converge import enqueue_attempt, supersede
 from rolloutd.reconcile.facts import Facts
-from rolloutd.reconcile.perform import Attempt
+from rolloutd.reconcile.perform import Attempt, alert_messages
 from rolloutd.reconcile.shell import Shell
 from rolloutd.store import queries
 from rolloutd.store.lease import Held, fence
@@ -95,12 +98,13 @@ def write(
         supersede(shell, session, rollout_id, desired, stamp)
         moved = True
         owed.append(Attempt.of(enqueue_attempt(session, rollout_id, desired, stamp)))
-    added = queries.enqueue_actions(
-        session,
-        rollout_id=rollout_id,
-        actions=[(a.key, a.kind, a.payload()) for a in decision.actions],
-        now=stamp,
-    )
+    actions = []
+    for action in decision.actions:
+        payload = action.payload()
+        if isinstance(action, Alert):
+            payload["messages"] = alert_messages(session, facts, decision.progress, payload)
+        actions.append((action.key, action.kind, payload))
+    added = queries.enqueue_actions(session, rollout_id=rollout_id, actions=actions, now=stamp)
     new = [Attempt.of(a) for a in added]
     facts.owed = owed + new
     return moved, new

@@ -10,11 +10,14 @@ marks the attempt ``failed`` and alerts at once. Either way the rollout holds wh
 nothing is retried every tick, and a failed attempt is tried again only after the longest
 wait, while the fact it serves is still the current one: an operator's fix is picked up,
 and a fault that lasts costs at most a dozen events an hour.
+
+An alert carries its routed messages from the moment it is written (:func:`alert_messages`);
+performing it only queues them on the outbox.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
@@ -22,8 +25,8 @@ from typing import TYPE_CHECKING, Any
 import structlog
 
 from rolloutd import retry
-from rolloutd.alerts.enqueue import enqueue_rollout_alert
-from rolloutd.core.plan import Plan
+from rolloutd.alerts.enqueue import Routed, enqueue_routed, newest_in, rollout_messages
+from rolloutd.core.progress import Progress
 from rolloutd.drivers import Drivers
 from rolloutd.errors import NotFound, PermanentError, RolloutdError, TemporaryError
 from rolloutd.reconcile.shell import NotLeading, Shell
@@ -32,6 +35,7 @@ from rolloutd.store.lease import Held
 from rolloutd.store.models import Action
 
 if TYPE_CHECKING:
+    from rolloutd.reconcile.facts import Facts
     from rolloutd.store.types import Session
 
 log = structlog.get_logger("rolloutd.reconcile")
@@ -77,24 +81,23 @@ class Performer:
         self.shell = shell
         self.drivers = drivers
 
-    def attempt(self, rollout_id: int, plan: Plan, action: Attempt, bound: Any) -> bool:
-        """Perform an alert, a redeploy or a verification unless it is backing off; record
-        the outcome (weights take :mod:`~rolloutd.reconcile.converge`'s road).
+    def attempt(self, facts: Facts, action: Attempt, bound: Any) -> bool:
+        """Perform an alert, a redeploy or a verification of ``facts``' rollout unless it is
+        backing off; record the outcome (weights take :mod:`~rolloutd.reconcile.converge`'s
+        road).
 
         :returns: whether it was performed and marked done.
         :raises NotLeading: when the lease is not ours; nothing was performed.
         """
         if action.kind in ("deploy", "verify"):
-            return self.run(
-                rollout_id, action, lambda: self._deploy(rollout_id, plan, action), bound
-            )
+            return self.run(facts, action, lambda: self._deploy(facts, action), bound)
         if action.kind == "alert":
-            return self.run(rollout_id, action, lambda: None, bound)
-        return self.run(rollout_id, action, _unknown(action), bound)
+            return self.run(facts, action, lambda: None, bound)
+        return self.run(facts, action, _unknown(action), bound)
 
-    def run(self, rollout_id: int, action: Attempt, effect: Callable[[], None], bound: Any) -> bool:
-        """The outcome boundary: run ``effect`` for ``action`` unless it is backing off, and
-        record what came of it on the action's row.
+    def run(self, facts: Facts, action: Attempt, effect: Callable[[], None], bound: Any) -> bool:
+        """The outcome boundary: run ``effect`` for ``action`` of ``facts``' rollout unless it
+        is backing off, and record what came of it on the action's row.
 
         :returns: whether it was performed and marked done.
         :raises NotLeading: when the lease is not ours; nothing was performed.
@@ -108,25 +111,26 @@ class Performer:
             raise
         except TemporaryError as exc:
             wait = retry.wait_after(exc, action.attempts + 1)
-            self._failed(rollout_id, action, held, str(exc), wait, bound, permanent=False)
+            self._failed(facts, action, held, str(exc), wait, bound, permanent=False)
             return False
         except (RolloutdError, ValueError) as exc:
             # Retrying will not help soon; it is tried again after the longest wait, in case
             # someone fixed what refused it.
-            self._failed(rollout_id, action, held, str(exc), retry.CAP, bound, permanent=True)
+            self._failed(facts, action, held, str(exc), retry.CAP, bound, permanent=True)
             return False
         with self.shell.write(held) as session:
             if action.kind == "alert":
-                self._alert(session, rollout_id, action)
+                self._alert(session, facts, action)
             queries.finish_action(session, action.id, status="done", now=self.shell.clock())
         return True
 
-    def _deploy(self, rollout_id: int, plan: Plan, action: Attempt) -> None:
+    def _deploy(self, facts: Facts, action: Attempt) -> None:
         """Redeploy a pinned set on a replica, or verify that it runs there (health and
         digests), recording what happened; a failure raises and is retried with backoff."""
         from rolloutd.deploy.catalog import get_set
         from rolloutd.deploy.drills import record_deploy
 
+        rollout_id, plan = facts.rollout.id, facts.plan
         name, set_name = str(action.payload["replica"]), str(action.payload["artefacts"])
         replicas = {r.name: r for r in (*plan.pools.canary.replicas, *plan.pools.stable.replicas)}
         if name not in replicas:
@@ -181,31 +185,34 @@ class Performer:
             data=dict(action.payload),
         )
 
-    def _alert(self, session: Session, rollout_id: int, action: Attempt) -> None:
+    def _alert(self, session: Session, facts: Facts, action: Attempt) -> None:
         """Queue the alert's Slack messages in ``session``, which also marks the action done.
 
         One transaction: a crash leaves either both (the sender delivers) or neither (the
         replay queues them again, under the same keys). Outbox times are wall-clock times:
         the sender paces and retries in real seconds even when rollout time is scaled.
         """
-        payload = dict(action.payload)
-        topic, severity, text = payload.pop("topic"), payload.pop("severity"), payload.pop("text")
-        queued = enqueue_rollout_alert(
+        payload, rollout_id = action.payload, facts.rollout.id
+        topic, severity, text = str(payload["topic"]), str(payload["severity"]), payload["text"]
+        messages: list[Routed] | None = payload.get("messages")
+        if messages is None:
+            # Written by a rolloutd that built messages only when performing: built now, from
+            # what the tick knows of the rollout.
+            messages = alert_messages(session, facts, facts.progress, payload)
+        queued = enqueue_routed(
             session,
-            queries.get_rollout(session, rollout_id),
+            messages,
+            rollout_id=rollout_id,
             key=action.key,
-            topic=str(topic),
-            severity=str(severity),
-            text=str(text),
-            data=payload,
+            topic=topic,
             now=self.shell.wall(),
         )
-        level = {"critical": "error", "warning": "warning"}.get(str(severity), "info")
+        level = {"critical": "error", "warning": "warning"}.get(severity, "info")
         getattr(log, level)("alert", rollout=rollout_id, topic=topic, text=text, queued=queued)
 
     def _failed(
         self,
-        rollout_id: int,
+        facts: Facts,
         action: Attempt,
         held: Held,
         error: str,
@@ -215,7 +222,7 @@ class Performer:
         permanent: bool,
     ) -> None:
         attempt = action.attempts + 1
-        now = self.shell.clock()
+        rollout_id, now = facts.rollout.id, self.shell.clock()
         bound.warning(
             "action failed", key=action.key, attempt=attempt, error=error, permanent=permanent
         )
@@ -238,23 +245,42 @@ class Performer:
                 data={"key": action.key, "attempt": attempt, "permanent": permanent},
             )
             if permanent or attempt == STUCK_AFTER_ATTEMPTS:
+                stuck: dict[str, Any] = {
+                    "topic": "action_stuck",
+                    "severity": "critical",
+                    "text": f"{action.key} keeps failing: {error}",
+                }
+                stuck["messages"] = alert_messages(session, facts, facts.progress, stuck)
                 # The key makes it one alert per attempt, however long the fault lasts.
                 queries.enqueue_actions(
                     session,
                     rollout_id=rollout_id,
-                    actions=[
-                        (
-                            f"alert/stuck/{action.key}",
-                            "alert",
-                            {
-                                "topic": "action_stuck",
-                                "severity": "critical",
-                                "text": f"{action.key} keeps failing: {error}",
-                            },
-                        )
-                    ],
+                    actions=[(f"alert/stuck/{action.key}", "alert", stuck)],
                     now=now,
                 )
+
+
+def alert_messages(
+    session: Session, facts: Facts, progress: Progress, payload: Mapping[str, Any]
+) -> list[Routed]:
+    """The routed messages of an alert of ``facts``' rollout at ``progress``, its ``payload``
+    as an alert action stores it (topic, severity and text, then its data), built in
+    ``session`` (where the evidence link's evaluation is read)."""
+    data = {k: v for k, v in payload.items() if k not in _SAID}
+    return rollout_messages(
+        facts.plan,
+        progress,
+        facts.rollout,
+        topic=str(payload["topic"]),
+        severity=str(payload["severity"]),
+        text=str(payload["text"]),
+        data=data,
+        newest=newest_in(session, facts.rollout.id),
+    )
+
+
+# What an alert action's payload holds besides the alert's data.
+_SAID = frozenset({"topic", "severity", "text", "messages"})
 
 
 def _unknown(action: Attempt) -> Callable[[], None]:

@@ -245,11 +245,10 @@ class Reconciler:
         read afresh next tick: an attempt's outcome (its count, back-off, error) is on its row."""
         if not owed:
             return
-        rollout_id, plan = facts.rollout.id, facts.plan
         facts.dirty = True
-        if sum(self.performer.attempt(rollout_id, plan, action, bound) for action in owed):
+        if sum(self.performer.attempt(facts, action, bound) for action in owed):
             with self.shell.read() as session:
-                facts.done = queries.done_action_keys(session, rollout_id)
+                facts.done = queries.done_action_keys(session, facts.rollout.id)
 
     def watch_window(self, router: Router | None) -> timedelta:
         """How long an ended rollout keeps its router verified: twice the lease TTL (the

@@ -3,16 +3,23 @@
 from __future__ import annotations
 
 import copy
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 from urllib.parse import parse_qs, urlsplit
 
 import yaml
 
-from rolloutd.alerts.enqueue import enqueue_leadership_alert, enqueue_rollout_alert
+from rolloutd.alerts.enqueue import (
+    enqueue_leadership_alert,
+    enqueue_rollout_alert,
+    rollout_messages,
+)
 from rolloutd.alerts.slack import render_text
+from rolloutd.core.progress import Progress
 from rolloutd.operations import start_rollout
 from rolloutd.planfile import parse_plan
 from rolloutd.store import queries
+from rolloutd.store.models import GateEvaluation
 from rolloutd.store.outbox import list_messages
 from tests.outbox.harness import PLAN, T0, Harness
 
@@ -120,6 +127,51 @@ def test_the_evidence_link_is_a_prometheus_graph_of_the_gates_query(store: Store
     parts = urlsplit(url)
     assert f"{parts.scheme}://{parts.netloc}{parts.path}" == "http://prometheus.example:9090/graph"
     assert parse_qs(parts.query)["g0.expr"] == [query]
+
+
+@dataclass(frozen=True)
+class Who:
+    """Who a rollout is, and nothing else of it."""
+
+    id: int
+    name: str
+    service: str
+    environment: str
+
+
+def test_an_alerts_messages_are_built_from_plain_inputs_without_a_database() -> None:
+    """The plan, the progress, who the rollout is and the gate's newest evaluation make the
+    messages: one per routed channel at its severity, the evidence linking the gate's query
+    and its value standing in for the one the alert did not say."""
+    plan = copy.deepcopy(PLAN)
+    plan["metrics"] = {"source": "prometheus", "url": "http://prom:9090", "templates": "vllm"}
+    asked: list[str] = []
+
+    def newest(gate: str) -> GateEvaluation:
+        asked.append(gate)
+        return GateEvaluation(gate=gate, query="sum(up)", value=0.07, threshold="<= 0.01")
+
+    messages = rollout_messages(
+        parse_plan(yaml.safe_dump(plan), "p.yaml").plan,
+        Progress(step_index=1),
+        Who(7, "atlas-maxseq8192", "atlas-70b", "production"),
+        topic="rollback_started",
+        severity="critical",
+        text="Rolling back",
+        data={"gate": "queue_timeouts"},
+        newest=newest,
+    )
+    assert asked == ["queue_timeouts"]
+    assert [(m["channel"], m["webhook_env"], m["severity"]) for m in messages] == [
+        ("ops", "SLACK_WEBHOOK_OPS", "critical"),
+        ("oncall", "SLACK_WEBHOOK_ONCALL", "critical"),
+    ]
+    text = render_text(messages[0]["message"])
+    assert "atlas-70b/production: rollback started (rollout 7)" in text
+    assert "0.07 vs <= 0.01" in text
+    link = next(b for b in messages[0]["message"]["blocks"] if "Evidence" in str(b))
+    url = link["text"]["text"].strip("<>").split("|")[0]
+    assert parse_qs(urlsplit(url).query)["g0.expr"] == ["sum(up)"]
 
 
 def _evaluation(session: Any, rollout_id: int, query: str) -> None:
