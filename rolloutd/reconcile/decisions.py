@@ -1,11 +1,12 @@
 """Writing a decision: only what it changed, in the batch's transaction.
 
-A baking rollout's decision changes nothing worth writing (:func:`quiet`); any other is
-written whole (:func:`write`): progress under the revision and lease fence, events under keys
-that make a retried tick idempotent, command outcomes, the attempt row of a new desired
-fact, every older one superseded in the same transaction so that it is never sent, and each
-alert with its routed messages, built from the decision's progress and the evaluations the
-batch just stored (performing it only queues them).
+A baking rollout's decision changes nothing worth writing (:func:`quiet`), but on its first
+tick under a lease epoch (:func:`claim`: its progress, so the row says who drives it); any
+other is written whole (:func:`write`): progress under the revision and lease fence, events
+under keys that make a retried tick idempotent, command outcomes, the attempt row of a new
+desired fact, every older one superseded in the same transaction so that it is never sent,
+and each alert with its routed messages, built from the decision's progress and the
+evaluations the batch just stored (performing it only queues them).
 """
 
 from __future__ import annotations
@@ -40,6 +41,24 @@ def quiet(facts: Facts, decision: Decision, handled: list[Any]) -> bool:
         and decision.state.value == facts.rollout.state
         and replace(decision.progress, last_seen=before.last_seen) == before
     )
+
+
+def claim(
+    shell: Shell, session: Session, held: Held, facts: Facts, decision: Decision, now: datetime
+) -> None:
+    """Write a quiet decision's progress, under the revision and lease fence, on a rollout's
+    first tick under this lease epoch: the row then says who drives it. Nothing else changed,
+    so what is kept of the rollout stays true and it is not read afresh."""
+    queries.save_progress(
+        session,
+        facts.rollout,
+        progress=decision.progress.for_storage(),
+        state=decision.state.value,
+        active=not decision.state.terminal,
+        now=max(shell.clock(), now),
+        fence=fence(held, now=shell.wall()),
+    )
+    queries.keep_light(session, facts.rollout)
 
 
 def write(

@@ -10,12 +10,13 @@ epoch changed (another leader may have written in between).
 from __future__ import annotations
 
 import functools
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from rolloutd.core.plan import Plan, SuiteGate
 from rolloutd.core.progress import Progress
+from rolloutd.errors import NotFound
 from rolloutd.evaluation.source import SuiteCounts
 from rolloutd.gates.base import Pool
 from rolloutd.operations import plan_of
@@ -56,29 +57,47 @@ class Facts:
         return any(isinstance(gate, SuiteGate) for gate in self.plan.gates.values())
 
 
-def read(session: Session, rollout_id: int, plan: Plan | None = None) -> Facts:
-    """Everything a tick needs of ``rollout_id``, read in ``session``; ``plan``: its plan, if
-    known already (a rollout's plan never changes; parsing it is most of a read's cost)."""
-    rollout = queries.get_rollout(session, rollout_id)
-    plan = plan or plan_of(rollout)
-    progress = Progress.from_storage(rollout.progress)
-    ended = progress.ended is not None
-    judging = not ended and progress.started_at is not None and progress.rollback is None
-    facts = Facts(
-        rollout=rollout,
-        plan=plan,
-        progress=progress,
-        owed=[Attempt.of(a) for a in queries.open_actions(session, rollout_id)],
-        done=queries.done_action_keys(session, rollout_id),
-        succeeded=ended and queries.has_successor(session, rollout),
-        steps={} if ended else {r.step_index: r for r in queries.list_steps(session, rollout_id)},
-        newest=records.newest_stored(session, rollout_id, plan, progress)
-        if judging
-        else records.Newest(),
-        suite_counts=suite_counts(session, rollout_id, plan, progress) if judging else {},
-    )
-    queries.keep_light(session, rollout)
-    return facts
+def read_many(
+    session: Session, rollout_ids: Sequence[int], plans: Mapping[int, Plan]
+) -> dict[int, Facts | NotFound]:
+    """Everything a tick needs of each of ``rollout_ids``, read in ``session``: one statement a
+    table for the batch (rollouts, open and performed actions, steps), then one a judging
+    rollout for the newest verdicts of the gates it judges now. ``plans``: the plans known
+    already (a rollout's plan never changes; parsing it is most of a read's cost).
+
+    A rollout that does not exist gets :class:`~rolloutd.errors.NotFound` as its facts.
+    """
+    rows = queries.rollouts_of(session, rollout_ids)
+    ids = list(rows)
+    owed = queries.open_actions_of(session, ids) if ids else {}
+    done = queries.done_action_keys_of(session, ids) if ids else {}
+    steps = queries.steps_of(session, ids) if ids else {}
+    found: dict[int, Facts | NotFound] = {}
+    for rollout_id in rollout_ids:
+        rollout = rows.get(rollout_id)
+        if rollout is None:
+            found[rollout_id] = NotFound(f"no rollout {rollout_id}")
+            continue
+        plan = plans.get(rollout_id) or plan_of(rollout)
+        progress = Progress.from_storage(rollout.progress)
+        ended = progress.ended is not None
+        judging = not ended and progress.started_at is not None and progress.rollback is None
+        found[rollout_id] = Facts(
+            rollout=rollout,
+            plan=plan,
+            progress=progress,
+            owed=[Attempt.of(a) for a in owed[rollout_id]],
+            done=done[rollout_id],
+            succeeded=ended and queries.has_successor(session, rollout),
+            steps={} if ended else {r.step_index: r for r in steps[rollout_id]},
+            newest=records.newest_stored(session, rollout_id, plan, progress)
+            if judging
+            else records.Newest(),
+            suite_counts=suite_counts(session, rollout_id, plan, progress) if judging else {},
+        )
+    for rollout in rows.values():
+        queries.keep_light(session, rollout)
+    return found
 
 
 class Known:

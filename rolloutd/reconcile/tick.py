@@ -33,7 +33,7 @@ from rolloutd.core.actions import Observed
 from rolloutd.core.machine import Decision, breaches, decide, desired_of
 from rolloutd.core.progress import Progress, State
 from rolloutd.drivers import Drivers
-from rolloutd.errors import NotFound, PermanentError, RolloutdError
+from rolloutd.errors import PermanentError, RolloutdError
 from rolloutd.gates.base import Evaluation
 from rolloutd.reconcile import decisions, judge, records
 from rolloutd.reconcile import facts as known_facts
@@ -203,18 +203,14 @@ class Reconciler:
         missing = self.known.missing(rollout_ids)
         if missing:
             with self.shell.read() as session:
-                for rollout_id in missing:
-                    try:
-                        plan = self.known.plans.get(rollout_id)
-                        read = found[rollout_id] = known_facts.read(session, rollout_id, plan)
-                    except NotFound as exc:
-                        found[rollout_id] = exc
-                    else:
-                        self.intervals[rollout_id] = read.plan.trigger_interval
-                        if read.plan.waits_on_network:
-                            self.local.discard(rollout_id)
-                        else:
-                            self.local.add(rollout_id)
+                found.update(known_facts.read_many(session, missing, self.known.plans))
+        for rollout_id, read in found.items():
+            if isinstance(read, Facts):
+                self.intervals[rollout_id] = read.plan.trigger_interval
+                if read.plan.waits_on_network:
+                    self.local.discard(rollout_id)
+                else:
+                    self.local.add(rollout_id)
         return {i: found[i] if i in found else self.known.facts[i] for i in rollout_ids}
 
     def _observe(self, facts: Facts, now: datetime) -> _Work | TickResult:
@@ -314,11 +310,12 @@ class Reconciler:
                     now=now,
                     preflight_error=work.preflight_error,
                 )
-                claimed = facts.rollout.id in self.known.claimed
-                if not claimed or not decisions.quiet(facts, decision, handled):
+                if not decisions.quiet(facts, decision, handled):
                     work.moved, work.added = decisions.write(
                         self.shell, session, held, facts, decision, handled, now
                     )
+                elif facts.rollout.id not in self.known.claimed:
+                    decisions.claim(self.shell, session, held, facts, decision, now)
                 if records.record_steps(session, facts, decision.progress, now):
                     facts.dirty = True
                 facts.progress = decision.progress

@@ -73,6 +73,15 @@ def open_actions(session: Session, rollout_id: int) -> list[Action]:
     return list(session.scalars(query.order_by(Action.created_at, Action.id)))
 
 
+def open_actions_of(session: Session, rollout_ids: Sequence[int]) -> dict[int, list[Action]]:
+    """Each rollout's open actions (as :func:`open_actions`), for a batch, in one statement."""
+    found: dict[int, list[Action]] = {i: [] for i in rollout_ids}
+    query = select(Action).where(Action.rollout_id.in_(found), Action.status.in_(OPEN))
+    for action in session.scalars(query.order_by(Action.created_at, Action.id)):
+        found[action.rollout_id].append(action)
+    return found
+
+
 def action_by_key(session: Session, rollout_id: int, key: str) -> Action | None:
     """The rollout's action under ``key``, if there is one."""
     return session.scalar(select(Action).where(Action.rollout_id == rollout_id, Action.key == key))
@@ -169,6 +178,18 @@ def done_action_keys(session: Session, rollout_id: int) -> frozenset[str]:
         select(Action.key).where(Action.rollout_id == rollout_id, Action.status == "done")
     )
     return frozenset(keys)
+
+
+def done_action_keys_of(session: Session, rollout_ids: Sequence[int]) -> dict[int, frozenset[str]]:
+    """Each rollout's performed action keys (as :func:`done_action_keys`), for a batch, in one
+    statement."""
+    found: dict[int, set[str]] = {i: set() for i in rollout_ids}
+    query = select(Action.rollout_id, Action.key).where(
+        Action.rollout_id.in_(found), Action.status == "done"
+    )
+    for rollout_id, key in session.execute(query):
+        found[rollout_id].add(key)
+    return {i: frozenset(keys) for i, keys in found.items()}
 
 
 def _get_action(session: Session, action_id: int) -> Action:

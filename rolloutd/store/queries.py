@@ -18,9 +18,11 @@ from rolloutd.store.actions import (
     action_by_key,
     bump_action_attempt,
     done_action_keys,
+    done_action_keys_of,
     enqueue_actions,
     finish_action,
     open_actions,
+    open_actions_of,
     pending_actions,
     reopen_action,
     supersede_weight_attempts,
@@ -53,9 +55,10 @@ from rolloutd.store.rollouts import (
     get_rollout,
     keep_light,
     list_rollouts,
+    rollouts_of,
     save_progress,
 )
-from rolloutd.store.steps import list_steps, upsert_step
+from rolloutd.store.steps import list_steps, steps_of, upsert_step
 
 __all__ = [
     "COMMANDS_CHANNEL",
@@ -71,6 +74,7 @@ __all__ = [
     "bump_action_attempt",
     "create_rollout",
     "done_action_keys",
+    "done_action_keys_of",
     "ended_since",
     "enqueue_actions",
     "finish_action",
@@ -85,6 +89,7 @@ __all__ = [
     "lock_submissions",
     "newest_evaluations",
     "open_actions",
+    "open_actions_of",
     "pending_actions",
     "pending_commands",
     "pending_commands_of",
@@ -92,7 +97,9 @@ __all__ = [
     "record_evaluation",
     "record_evaluations",
     "reopen_action",
+    "rollouts_of",
     "save_progress",
+    "steps_of",
     "supersede_weight_attempts",
     "upsert_step",
 ]

@@ -7,6 +7,7 @@ undoing someone else's. The daemon will AND its lease-epoch check into the same 
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from datetime import datetime
 from typing import Any, NotRequired, TypedDict, Unpack
 
@@ -95,11 +96,18 @@ def get_rollout(session: Session, rollout_id: int, *, for_update: bool = False) 
     return rollout
 
 
+def rollouts_of(session: Session, rollout_ids: Sequence[int]) -> dict[int, Rollout]:
+    """The rollouts of a batch that exist, by id, in one statement."""
+    return {r.id: r for r in session.scalars(select(Rollout).where(Rollout.id.in_(rollout_ids)))}
+
+
 def keep_light(session: Session, rollout: Rollout) -> None:
-    """Detach ``rollout`` and drop its plan text, outline and progress, read already: what a
+    """Detach ``rollout`` (if attached) and drop its plan text, outline and progress, read or
+    written already: what a
     leader keeps of thousands of rollouts between ticks is who they are, their state and
     revision (a write of new progress sets it again)."""
-    session.expunge(rollout)
+    if rollout in session:
+        session.expunge(rollout)
     for name in ("plan_source", "plan_outline", "progress"):
         rollout.__dict__.pop(name, None)
 

@@ -6,6 +6,7 @@ move ``verified_at`` forward, so each timestamp keeps its first value.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from datetime import datetime
 from typing import NotRequired, TypedDict, Unpack
 
@@ -55,6 +56,16 @@ def upsert_step(session: Session, **step: Unpack[StepFacts]) -> StepProgress:
         )
         .execution_options(populate_existing=True)
     ).one()
+
+
+def steps_of(session: Session, rollout_ids: Sequence[int]) -> dict[int, list[StepProgress]]:
+    """Each rollout's step rows in step order (as :func:`list_steps`), for a batch, in one
+    statement."""
+    found: dict[int, list[StepProgress]] = {i: [] for i in rollout_ids}
+    query = select(StepProgress).where(StepProgress.rollout_id.in_(found))
+    for row in session.scalars(query.order_by(StepProgress.rollout_id, StepProgress.step_index)):
+        found[row.rollout_id].append(row)
+    return found
 
 
 def list_steps(session: Session, rollout_id: int) -> list[StepProgress]:

@@ -222,3 +222,76 @@ def test_a_tick_leaves_nothing_in_a_reference_cycle(store: StoreHandle) -> None:
     with store.sessions() as session:
         latest = queries.latest_evaluations(session, leader.rollout_id)
     assert latest["ttft"].evidence["load"]["unknown"]  # a failure was on the road
+
+
+def _statements(store: StoreHandle) -> Any:
+    """The SQL text of every statement the store's engine runs while the block runs."""
+    from contextlib import contextmanager
+
+    from sqlalchemy import event
+
+    @contextmanager
+    def recording() -> Any:
+        seen: list[str] = []
+
+        def record(*args: Any) -> None:
+            seen.append(str(args[2]))
+
+        event.listen(store.engine, "before_cursor_execute", record)
+        try:
+            yield seen
+        finally:
+            event.remove(store.engine, "before_cursor_execute", record)
+
+    return recording()
+
+
+def test_a_batch_reads_its_rollouts_actions_and_steps_in_a_statement_each(
+    store: StoreHandle,
+) -> None:
+    """Reading the facts of ten rollouts costs as many statements on the rollouts, actions and
+    steps tables as reading one: one each for the batch (only the newest verdicts are looked
+    up a rollout at a time, an index lookup a gate)."""
+    from rolloutd.reconcile.facts import read_many
+    from tests.store.seed import copy_rollout
+
+    h = Harness(store)
+    h.tick()
+    h.tick(seconds=5)
+    copies = copy_rollout(store.engine, h.rollout_id, 9, with_evaluations=True)
+
+    def tables_read(ids: list[int]) -> Counter[str]:
+        with _statements(store) as seen, store.sessions() as session:
+            found = read_many(session, ids, {})
+        assert sorted(found) == sorted(ids)
+        assert all(f.rollout.id == i for i, f in found.items() if not isinstance(f, Exception))
+        return Counter(
+            table
+            for sql in seen
+            for table in ("FROM rollouts", "FROM actions", "FROM step_progress")
+            if table in sql
+        )
+
+    one, ten = tables_read([h.rollout_id]), tables_read([h.rollout_id, *copies])
+    assert one == ten and set(one) == {"FROM rollouts", "FROM actions", "FROM step_progress"}
+    assert max(one.values()) <= 2  # rollouts: the batch's rows (and a successor of an ended one)
+
+
+def test_a_new_leaders_first_tick_of_a_baking_rollout_claims_it_and_keeps_its_facts(
+    store: StoreHandle,
+) -> None:
+    """Under a new lease epoch the first tick of a baking rollout writes its progress (the row
+    says who drives it) and nothing else: what the leader read of it stays true, so the next
+    tick reads the rollout from memory, not again from the database."""
+    h = Harness(store)
+    h.tick()
+    h.tick(seconds=5)
+    h.tick(seconds=5)
+    h.reconciler.known.under(h.reconciler.known.epoch + 1)  # as after a takeover
+    before = h.revision()
+    h.tick(seconds=5)
+    assert h.revision() == before + 1
+    with _statements(store) as seen:
+        assert h.tick(seconds=5) == "running"
+    assert h.revision() == before + 1
+    assert not [sql for sql in seen if "FROM rollouts" in sql]
