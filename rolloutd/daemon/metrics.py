@@ -37,6 +37,7 @@ from rolloutd.store.db import transaction
 from rolloutd.store.errors import StoreError
 from rolloutd.store.evaluations import GateLatest
 from rolloutd.store.outbox import OutboxStats, outbox_stats
+from rolloutd.store.reads import RolloutRow
 from rolloutd.views import outline_of
 
 if TYPE_CHECKING:
@@ -126,8 +127,8 @@ class DaemonMetrics:
         return b"".join(chunks), content_type
 
     def chunks(self) -> tuple[Iterator[bytes], str]:
-        """The text format Prometheus scrapes, a family at a time, and its content type: the
-        database is read before this returns, each family is written as the iterator is
+        """The text format Prometheus scrapes, a piece at a time, and its content type: the
+        database is read before this returns, each piece is written as the iterator is
         taken (``/metrics`` sends each as it comes)."""
         counted = generate_latest(self.registry)
         return itertools.chain([counted], self.store.texts()), CONTENT_TYPE_LATEST
@@ -169,35 +170,45 @@ class _RoundTripCollector(Collector):
         )
 
 
+Samples = Iterable[tuple[str, str]]
+"""A family's samples: the labels as written between the braces (empty: none), and the
+value as :func:`_number` writes it."""
+
+# A family's text is sent in pieces of this many lines.
+PIECE_LINES = 2_000
+
+
 class _Family:
-    """One family of the text format Prometheus scrapes, its samples written as lines.
+    """One family of the text format Prometheus scrapes, its samples written as lines, a
+    piece at a time as the scrape is sent.
 
     A scrape of 10,000 rollouts holds 610,000 samples. Built as prometheus_client families
     and formatted by ``generate_latest``, which checks and escapes every label name of every
     sample, they cost 6.5 s of CPU and 370 MB a scrape, in the leader's process. Here the
     caller writes a sample's labels as ``generate_latest`` would, names sorted and values
-    escaped (:func:`_label`), and each rollout's own labels once for all its samples.
+    escaped (:func:`_label`), and each rollout's own labels once for all its samples; the
+    samples are drawn as the text is sent, so a scrape holds one piece of
+    :data:`PIECE_LINES` lines, not its ~60 MB of text.
     """
 
-    def __init__(self, name: str, kind: str, documentation: str) -> None:
+    def __init__(self, name: str, kind: str, documentation: str, samples: Samples) -> None:
         self.sample = f"{name}_total" if kind == "counter" else name
         escaped = documentation.replace("\\", r"\\").replace("\n", r"\n")
-        self.lines = [f"# HELP {self.sample} {escaped}\n# TYPE {self.sample} {kind}\n"]
+        self.header = f"# HELP {self.sample} {escaped}\n# TYPE {self.sample} {kind}\n"
+        self.samples = samples
 
-    def add(self, labels: str, value: str) -> None:
-        """One sample: ``labels`` as written between the braces (empty: none), ``value`` as
-        :func:`_number` writes it."""
-        if labels:
-            self.lines.append(f"{self.sample}{{{labels}}} {value}\n")
-        else:
-            self.lines.append(f"{self.sample} {value}\n")
-
-    def text(self) -> bytes:
-        """The family as the scrape sends it; its lines are let go (a scrape's families hold
-        a line a sample until each is written)."""
-        text = "".join(self.lines).encode()
-        self.lines.clear()
-        return text
+    def pieces(self) -> Iterator[bytes]:
+        """The family's text, :data:`PIECE_LINES` lines at a time."""
+        lines = [self.header]
+        for labels, value in self.samples:
+            lines.append(
+                f"{self.sample}{{{labels}}} {value}\n" if labels else f"{self.sample} {value}\n"
+            )
+            if len(lines) >= PIECE_LINES:
+                yield "".join(lines).encode()
+                lines.clear()
+        if lines:
+            yield "".join(lines).encode()
 
 
 def _number(value: float) -> str:
@@ -223,22 +234,27 @@ class _StoreSeries:
         self.wall = wall
 
     def texts(self) -> Iterator[bytes]:
-        """Each family's text, in order. The database is read now, in one transaction; each
-        family is written only when the one before it has been taken, so a scrape holds the
-        rollouts it read and one family's lines, not all of them (at 10,000 rollouts the
-        families are some 90 MB of text)."""
-        up = _Family(
-            "rolloutd_store_up", "gauge", "1 when this scrape could read rolloutd's database."
-        )
+        """The families' text, in order, in pieces. The database is read now, in one
+        transaction; each piece is written only when the one before it has been taken, so a
+        scrape holds the rollouts it read and one piece of lines, not all of them (at 10,000
+        rollouts the families are some 60 MB of text)."""
         try:
             with transaction(self.sessions) as session:
                 seen = _read(session, self.wall())
         except (RolloutdError, StoreError) as exc:
             log.warning("metrics: cannot read the database", error=str(exc).splitlines()[0])
-            up.add("", _HOT[0])
-            return iter([up.text()])
-        up.add("", _HOT[1])
-        return itertools.chain([up.text()], (family.text() for family in _families(seen)))
+            return _store_up(0).pieces()
+        families = itertools.chain([_store_up(1)], _families(seen))
+        return itertools.chain.from_iterable(family.pieces() for family in families)
+
+
+def _store_up(up: int) -> _Family:
+    return _Family(
+        "rolloutd_store_up",
+        "gauge",
+        "1 when this scrape could read rolloutd's database.",
+        [("", _HOT[up])],
+    )
 
 
 class _Rollout(NamedTuple):
@@ -271,24 +287,29 @@ class _Seen(NamedTuple):
 
 
 def _read(session: Session, now: datetime) -> _Seen:
-    """Everything a scrape shows, read in the caller's transaction and kept as the text's
-    pieces (a rollout's progress and outline are let go once read)."""
-    rows = exposition.visible_rollouts(session, now - ENDED_VISIBLE_FOR)
+    """Everything a scrape shows, read in the caller's transaction, a chunk of rollouts at a
+    time, and kept as the text's pieces (a chunk's rows are let go once read)."""
+    since = now - ENDED_VISIBLE_FOR
+    rollouts: list[_Rollout] = []
+    failures: list[tuple[int, str, int]] = []
+    for rows in exposition.visible_rollouts(session, since):
+        rollouts += _rollouts(session, since, rows)
+        failures += exposition.attempts_by_kind(session, [row.id for row in rows])
+    return _Seen(rollouts, failures, outbox_stats(session), now)
+
+
+def _rollouts(session: Session, since: datetime, rows: list[RolloutRow]) -> Iterator[_Rollout]:
     # The outline stored with each rollout, not its plan: a scrape of 10,000 rollouts
     # must not build 10,000 plan models.
     outlines = {row.id: outline_of(row) for row in rows}
-    newest = exposition.newest_verdicts(
-        session,
-        now - ENDED_VISIBLE_FOR,
-        {rollout_id: outline.gates for rollout_id, outline in outlines.items()},
-    )
+    gates = {rollout_id: outline.gates for rollout_id, outline in outlines.items()}
+    newest = exposition.newest_verdicts(session, since, gates, (rows[0].id, rows[-1].id))
     counted: dict[int, dict[str, int]] = {row.id: {} for row in rows}
     events = exposition.events_of_kinds(session, list(counted), ("paused", "step_extended"))
     for owner, kind, detail, data in events:
         key = kind if kind == "step_extended" else _hold_cause(detail, data)
         counts = counted[owner]
         counts[key] = counts.get(key, 0) + 1
-    rollouts = []
     for row in rows:
         outline, progress = outlines[row.id], Progress.from_storage(row.progress)
         rollout_id = _label("rollout", row.id)
@@ -296,131 +317,134 @@ def _read(session: Session, now: datetime) -> _Seen:
         service = _label("service", row.service)
         ended = _label("rollback", rollback_outcome(progress) or "")
         facts = progress.rollback
-        gates = sorted(newest[row.id].items())
-        rollouts.append(
-            _Rollout(
-                # Label names in sorted order, as generate_latest writes them.
-                labels=f"{environment},{name},{rollout_id},{service}",
-                owner=f"{environment},{rollout_id},{service}",
-                before_state=f"{environment},{name},{ended},{rollout_id},{service},",
-                state=outline.state(progress),
-                step=_number(outline.step(progress)[0]),
-                weight=_number(outline.weight(progress)),
-                gates=[
-                    (f"{_label('gate', gate)},{_label('role', latest.role)},{rollout_id}", latest)
-                    for gate, latest in gates
-                ],
-                started=None if facts is None else rollback_kind(outline.triggers, facts),
-                counts=counted[row.id],
-            )
+        yield _Rollout(
+            # Label names in sorted order, as generate_latest writes them.
+            labels=f"{environment},{name},{rollout_id},{service}",
+            owner=f"{environment},{rollout_id},{service}",
+            before_state=f"{environment},{name},{ended},{rollout_id},{service},",
+            state=outline.state(progress),
+            step=_number(outline.step(progress)[0]),
+            weight=_number(outline.weight(progress)),
+            gates=[
+                (f"{_label('gate', gate)},{_label('role', latest.role)},{rollout_id}", latest)
+                for gate, latest in sorted(newest[row.id].items())
+            ],
+            started=None if facts is None else rollback_kind(outline.triggers, facts),
+            counts=counted[row.id],
         )
-    failures = exposition.attempts_by_kind(session, [row.id for row in rows])
-    return _Seen(rollouts, failures, outbox_stats(session), now)
 
 
 def _families(seen: _Seen) -> Iterator[_Family]:
-    """The families of one scrape, in order, each built when the caller asks for it."""
-    state = _Family(
+    """The families of one scrape, in order; each one's samples are drawn as it is sent."""
+    rollouts = seen.rollouts
+    states = [(candidate, _label("state", candidate.value)) for candidate in State]
+    yield _Family(
         "rolloutd_rollout_state",
         "gauge",
         "1 for the rollout's current state, 0 for the others; rollback: how its rollback "
         "ended (verified, or traffic_only: the plan has no executor), empty before.",
+        (
+            (rollout.before_state + label, _HOT[candidate is rollout.state])
+            for rollout in rollouts
+            for candidate, label in states
+        ),
     )
-    states = [(candidate, _label("state", candidate.value)) for candidate in State]
-    for rollout in seen.rollouts:
-        for candidate, label in states:
-            state.add(rollout.before_state + label, _HOT[candidate is rollout.state])
-    yield state
-    step = _Family("rolloutd_rollout_step", "gauge", "The rollout's current step (0-based).")
-    for rollout in seen.rollouts:
-        step.add(rollout.labels, rollout.step)
-    yield step
-    weight = _Family(
+    yield _Family(
+        "rolloutd_rollout_step",
+        "gauge",
+        "The rollout's current step (0-based).",
+        ((rollout.labels, rollout.step) for rollout in rollouts),
+    )
+    yield _Family(
         "rolloutd_rollout_canary_weight_percent",
         "gauge",
         "The share of sessions the rollout intends for the canary.",
+        ((rollout.labels, rollout.weight) for rollout in rollouts),
     )
-    for rollout in seen.rollouts:
-        weight.add(rollout.labels, rollout.weight)
-    yield weight
-    yield from _gate_families(seen.rollouts)
-    failures = _Family(
+    yield from _gate_families(rollouts)
+    yield _Family(
         "rolloutd_action_failures",
         "counter",
         "Failed attempts at the rollout's actions (set weights, alerts), by kind.",
+        (
+            (f"{_label('kind', kind)},{_label('rollout', owner)}", _number(attempts))
+            for owner, kind, attempts in seen.failures
+        ),
     )
-    for owner, kind, attempts in seen.failures:
-        failures.add(f"{_label('kind', kind)},{_label('rollout', owner)}", _number(attempts))
-    yield failures
-    yield from _causes(seen.rollouts)
+    yield from _causes(rollouts)
     yield from _outbox(seen.outbox, seen.now)
 
 
 def _gate_families(rollouts: list[_Rollout]) -> Iterator[_Family]:
-    value = _Family(
+    yield _Family(
         "rolloutd_gate_value",
         "gauge",
         "The newest value of each gate of each rollout (absent while it has none).",
-    )
-    for rollout in rollouts:
-        for labels, latest in rollout.gates:
-            if latest.value is not None:
-                value.add(labels, _number(latest.value))
-    yield value
-    verdict = _Family(
-        "rolloutd_gate_verdict", "gauge", "1 for the gate's newest verdict, 0 for the others."
+        (
+            (labels, _number(latest.value))
+            for rollout in rollouts
+            for labels, latest in rollout.gates
+            if latest.value is not None
+        ),
     )
     verdicts = [(candidate.value, _label("verdict", candidate.value)) for candidate in Verdict]
-    for rollout in rollouts:
-        for labels, latest in rollout.gates:
-            for candidate, label in verdicts:
-                verdict.add(f"{labels},{label}", _HOT[latest.verdict == candidate])
-    yield verdict
-    age = _Family(
+    yield _Family(
+        "rolloutd_gate_verdict",
+        "gauge",
+        "1 for the gate's newest verdict, 0 for the others.",
+        (
+            (f"{labels},{label}", _HOT[latest.verdict == candidate])
+            for rollout in rollouts
+            for labels, latest in rollout.gates
+            for candidate, label in verdicts
+        ),
+    )
+    yield _Family(
         "rolloutd_gate_evaluated_timestamp_seconds",
         "gauge",
         "When the gate was last evaluated (Unix time).",
+        (
+            (labels, _number(latest.evaluated_at.timestamp()))
+            for rollout in rollouts
+            for labels, latest in rollout.gates
+        ),
     )
-    for rollout in rollouts:
-        for labels, latest in rollout.gates:
-            age.add(labels, _number(latest.evaluated_at.timestamp()))
-    yield age
 
 
 def _causes(rollouts: list[_Rollout]) -> Iterator[_Family]:
     """Rollbacks by cause (from the rollback facts), holds by cause and extended bakes (from
     the events). Every cause is reported, at 0 until it happens, so ``increase()`` sees the
     first one."""
-    rollbacks = _Family(
+    rollback_causes = [(cause, _label("cause", cause)) for cause in ROLLBACK_CAUSES]
+    yield _Family(
         "rolloutd_rollbacks",
         "counter",
         "Rollbacks started, by cause: gate (a step gate's breach), trigger, abort, deadline "
         "(progress deadline) or no_data (a gate's on_no_data).",
+        (
+            (f"{label},{rollout.owner}", _HOT[cause == rollout.started])
+            for rollout in rollouts
+            for cause, label in rollback_causes
+        ),
     )
-    rollback_causes = [(cause, _label("cause", cause)) for cause in ROLLBACK_CAUSES]
-    for rollout in rollouts:
-        for cause, label in rollback_causes:
-            rollbacks.add(f"{label},{rollout.owner}", _HOT[cause == rollout.started])
-    yield rollbacks
-    holds = _Family(
+    hold_causes = [(cause, _label("cause", cause)) for cause in HOLD_CAUSES]
+    yield _Family(
         "rolloutd_holds",
         "counter",
         "Times the rollout was paused, by cause: operator, or no_data (inconclusive evaluations "
         "past the limit, or samples short after the extension).",
+        (
+            (f"{label},{rollout.owner}", _number(rollout.counts.get(held, 0)))
+            for rollout in rollouts
+            for held, label in hold_causes
+        ),
     )
-    hold_causes = [(cause, _label("cause", cause)) for cause in HOLD_CAUSES]
-    for rollout in rollouts:
-        for held, label in hold_causes:
-            holds.add(f"{label},{rollout.owner}", _number(rollout.counts.get(held, 0)))
-    yield holds
-    extensions = _Family(
+    yield _Family(
         "rolloutd_step_extensions",
         "counter",
         "Bakes extended because a gate had fewer samples than the step's min_samples.",
+        ((rollout.owner, _number(rollout.counts.get("step_extended", 0))) for rollout in rollouts),
     )
-    for rollout in rollouts:
-        extensions.add(rollout.owner, _number(rollout.counts.get("step_extended", 0)))
-    yield extensions
 
 
 def _hold_cause(detail: str, data: dict[str, Any] | None) -> str:
@@ -458,6 +482,4 @@ def _outbox(stats: OutboxStats, now: datetime) -> Iterator[_Family]:
         ("rolloutd_outbox_sent", "counter", "Alert messages Slack accepted.", stats.sent),
     ]
     for name, kind, documentation, value in found:
-        family = _Family(name, kind, documentation)
-        family.add("", _number(value))
-        yield family
+        yield _Family(name, kind, documentation, [("", _number(value))])

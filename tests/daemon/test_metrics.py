@@ -123,29 +123,24 @@ def test_a_scrape_builds_no_sample_object_per_rollout(store: StoreHandle, monkey
     assert built[0] == one
 
 
-def test_a_scrape_reads_first_and_writes_one_family_at_a_time(
+def test_a_scrape_reads_first_and_writes_a_piece_at_a_time(
     store: StoreHandle, monkeypatch: Any
 ) -> None:
     """The database is read before ``chunks()`` returns, in one transaction (a rollout started
-    afterwards is in the next scrape, not half in this one); the families are then written one
-    by one, each let go before the next is built, so a scrape of 10,000 rollouts never holds
-    all its ~90 MB of lines at once."""
+    afterwards is in the next scrape, not half in this one); the text is then written a piece
+    of at most ``PIECE_LINES`` lines at a time, each family built only when the one before it
+    was sent, so a scrape of 10,000 rollouts never holds its ~60 MB of lines at once."""
     from rolloutd.daemon import metrics as module
 
-    families: list[Any] = []
-    with_lines: list[int] = []
-    init, add = module._Family.__init__, module._Family.add
+    monkeypatch.setattr(module, "PIECE_LINES", 3)
+    built: list[str] = []
+    init = module._Family.__init__
 
     def tracked_init(self: Any, *args: Any) -> None:
         init(self, *args)
-        families.append(self)
-
-    def tracked_add(self: Any, *args: Any) -> None:
-        add(self, *args)
-        with_lines.append(sum(1 for family in families if family.lines))
+        built.append(self.sample)
 
     monkeypatch.setattr(module._Family, "__init__", tracked_init)
-    monkeypatch.setattr(module._Family, "add", tracked_add)
     h = Harness(store)
     h.tick()
     h.tick(seconds=30)
@@ -153,8 +148,13 @@ def test_a_scrape_reads_first_and_writes_one_family_at_a_time(
     metrics = DaemonMetrics(h.store.sessions, instance="a", wall=h.clock, leading=lambda: 1)
     chunks, _ = metrics.chunks()
     copy_rollout(h.store.engine, h.rollout_id, 1, with_evaluations=True, tag="later")
-    body = b"".join(chunks)
-    assert len(families) > 10 and max(with_lines) == 1
+    first = next(chunks)  # the process's own series, counted in memory
+    assert b"rolloutd_ticks_total" in first and "rolloutd_rollout_state" not in built
+    pieces = [first, *chunks]
+    store_pieces = [p for p in pieces[1:] if not p.startswith(b"# HELP")]
+    assert store_pieces and all(p.count(b"\n") <= 3 for p in store_pieces)
+    assert len(built) > 10 and len(pieces) > len(built)
+    body = b"".join(pieces)
     assert body.count(b"rolloutd_rollout_step{") == 4
     whole, _ = metrics.exposition()
     assert whole.count(b"rolloutd_rollout_step{") == 5
