@@ -36,9 +36,10 @@ def visible_rollouts(
             RolloutRow._make(row)
             for row in session.execute(query.order_by(Rollout.id).limit(chunk))
         ]
-        if not rows:
+        if rows:
+            yield rows
+        if len(rows) < chunk:
             return
-        yield rows
         after = rows[-1].id
 
 
