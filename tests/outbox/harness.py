@@ -126,6 +126,23 @@ class Harness(Leader):
             ]
 
 
+def queued_for(store: StoreHandle, rollout_id: int, key: str) -> list[dict[str, Any]]:
+    """The outbox rows of the alert action ``key`` of ``rollout_id``, as the action's payload
+    holds its messages."""
+    prefix = f"rollout-{rollout_id}/{key}/"
+    with store.sessions() as session:
+        return [
+            {
+                "channel": m.channel,
+                "webhook_env": m.webhook_env,
+                "severity": m.severity,
+                "message": m.message,
+            }
+            for m in list_messages(session, rollout_id)
+            if m.key == prefix + m.channel
+        ]
+
+
 class SlackRig:
     """A harness ``h`` whose two channels, ops and oncall, point at one Slack-like server
     that keeps the harness's time."""

@@ -18,8 +18,7 @@ from rolloutd.planfile import LoadedPlan, parse_plan
 from rolloutd.reconcile.perform import Performer
 from rolloutd.store import queries
 from rolloutd.store.models import Action
-from rolloutd.store.outbox import list_messages
-from tests.outbox.harness import Harness
+from tests.outbox.harness import Harness, queued_for
 
 if TYPE_CHECKING:
     from conftest import StoreHandle
@@ -53,19 +52,7 @@ def _store_payload(h: Harness, action: Action, payload: dict[str, Any]) -> None:
 
 
 def _queued(h: Harness, action: Action) -> list[dict[str, Any]]:
-    """The outbox rows of ``action``, as its payload's messages read."""
-    prefix = f"rollout-{h.rollout_id}/{action.key}/"
-    with h.store.sessions() as session:
-        return [
-            {
-                "channel": m.channel,
-                "webhook_env": m.webhook_env,
-                "severity": m.severity,
-                "message": m.message,
-            }
-            for m in list_messages(session, h.rollout_id)
-            if m.key == prefix + m.channel
-        ]
+    return queued_for(h.store, h.rollout_id, action.key)
 
 
 @dataclass

@@ -11,8 +11,8 @@ from rolloutd.alerts.slack import render_text
 from rolloutd.errors import PermanentError
 from rolloutd.routers.base import MemoryRouter
 from rolloutd.store.models import Action
-from rolloutd.store.outbox import list_messages
 from tests.outbox.harness import PLAN as ALERTING
+from tests.outbox.harness import queued_for
 from tests.reconcile.test_reconcile import Harness
 
 if TYPE_CHECKING:
@@ -27,19 +27,7 @@ def _alert(h: Harness, prefix: str) -> Action:
 
 
 def _queued(h: Harness, action: Action) -> list[dict[str, Any]]:
-    """The outbox rows of ``action``, as its payload's messages read."""
-    prefix = f"rollout-{h.rollout_id}/{action.key}/"
-    with h.store.sessions() as session:
-        return [
-            {
-                "channel": m.channel,
-                "webhook_env": m.webhook_env,
-                "severity": m.severity,
-                "message": m.message,
-            }
-            for m in list_messages(session, h.rollout_id)
-            if m.key == prefix + m.channel
-        ]
+    return queued_for(h.store, h.rollout_id, action.key)
 
 
 def test_a_decided_alert_carries_its_routed_messages_in_its_action(store: StoreHandle) -> None:
