@@ -22,7 +22,7 @@ from rolloutd.deploy.artefacts import PinnedSet
 from rolloutd.deploy.base import Clock, DeployResult, Executor, Verification
 from rolloutd.deploy.catalog import find_set
 from rolloutd.store import artefacts
-from rolloutd.store.artefact_models import DeployRecord, Drill
+from rolloutd.store.artefact_models import Drill
 from rolloutd.store.writes import add_row
 
 if TYPE_CHECKING:
@@ -165,65 +165,15 @@ def finish_drill(
     drill.reason = outcome.reason
     drill.detail = outcome.as_dict()
     for step in outcome.steps:
-        add_row(
+        artefacts.record_deploy(
             session,
-            _deploy_record(
-                step.result,
-                executor=executor,
-                step=f"{step.phase}-{step.action}",
-                duration_s=step.duration_s,
-                started_at=drill.started_at + timedelta(seconds=step.started_s),
-                drill_id=drill_id,
-            ),
+            step.result,
+            executor=executor,
+            step=f"{step.phase}-{step.action}",
+            duration_s=step.duration_s,
+            started_at=drill.started_at + timedelta(seconds=step.started_s),
+            drill_id=drill_id,
         )
-
-
-def record_deploy(
-    session: Session,
-    result: DeployResult,
-    *,
-    step: str = "deploy",
-    rollout_id: int | None = None,
-    now: datetime,
-) -> int:
-    """Keep what one deploy did (exit status, output tail, timings) in ``deploy_records``."""
-    record = _deploy_record(
-        result.as_dict(),
-        executor=result.executor,
-        step=step,
-        duration_s=result.duration_s,
-        started_at=now,
-        rollout_id=rollout_id,
-    )
-    return add_row(session, record).id
-
-
-def _deploy_record(
-    outcome: dict[str, Any],
-    *,
-    executor: str,
-    step: str,
-    duration_s: float,
-    started_at: datetime,
-    rollout_id: int | None = None,
-    drill_id: int | None = None,
-) -> DeployRecord:
-    """The audit row of one executor call, from the JSON form of its result (``as_dict()``
-    of a :class:`DeployResult` or :class:`Verification`, which has no set digest)."""
-    return DeployRecord(
-        rollout_id=rollout_id,
-        drill_id=drill_id,
-        replica=outcome["replica"],
-        set_name=outcome["set_name"],
-        set_digest=str(outcome.get("set_digest", "")),
-        executor=executor,
-        step=step,
-        ok=outcome["ok"],
-        reason=outcome["reason"],
-        duration_s=duration_s,
-        started_at=started_at,
-        detail=outcome,
-    )
 
 
 def latest_drill(session: Session, stable_digest: str, canary_digest: str) -> Drill | None:

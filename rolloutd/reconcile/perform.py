@@ -128,7 +128,6 @@ class Performer:
         """Redeploy a pinned set on a replica, or verify that it runs there (health and
         digests), recording what happened; a failure raises and is retried with backoff."""
         from rolloutd.deploy.catalog import get_set
-        from rolloutd.deploy.drills import record_deploy
 
         rollout_id, plan = facts.rollout.id, facts.plan
         name, set_name = str(action.payload["replica"]), str(action.payload["artefacts"])
@@ -148,7 +147,15 @@ class Performer:
             result = executor.deploy(replicas[name], pinned)
             now = self.shell.clock()
             with self.shell.write(held) as session:
-                record_deploy(session, result, step="rollback", rollout_id=rollout_id, now=now)
+                queries.record_deploy(
+                    session,
+                    result.as_dict(),
+                    executor=result.executor,
+                    step="rollback",
+                    duration_s=result.duration_s,
+                    started_at=now,
+                    rollout_id=rollout_id,
+                )
                 if result.ok:
                     what = "redeployed" if result.changed else "already runs"
                     detail = f"{name} {what} the pinned set {set_name} ({pinned.digest[:12]})"

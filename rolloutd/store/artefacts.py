@@ -1,13 +1,17 @@
-"""Reads of pinned artefact sets and staging drills; their rows are written with
-:func:`~rolloutd.store.writes.add_row`."""
+"""Reads of pinned artefact sets and staging drills (their rows are written with
+:func:`~rolloutd.store.writes.add_row`), and the audit row of each deploy."""
 
 from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
 
 from sqlalchemy import ColumnElement, select
 from sqlalchemy.orm import Session
 
-from rolloutd.store.artefact_models import Drill
+from rolloutd.store.artefact_models import DeployRecord, Drill
 from rolloutd.store.models import ArtefactSet
+from rolloutd.store.writes import add_row
 
 
 def artefact_set_named(session: Session, name: str) -> ArtefactSet | None:
@@ -57,3 +61,35 @@ def _of_pair(
         Drill.canary_digest == canary_digest,
         Drill.environment == environment,
     )
+
+
+def record_deploy(
+    session: Session,
+    outcome: dict[str, Any],
+    *,
+    executor: str,
+    step: str,
+    duration_s: float,
+    started_at: datetime,
+    rollout_id: int | None = None,
+    drill_id: int | None = None,
+) -> int:
+    """Keep what one executor call did (exit status, output tail, timings) in
+    ``deploy_records``, for a rollout's or a drill's audit trail: ``outcome`` is the JSON form
+    of its result (``as_dict()`` of a deploy result, or of a verification, which has no set
+    digest)."""
+    record = DeployRecord(
+        rollout_id=rollout_id,
+        drill_id=drill_id,
+        replica=outcome["replica"],
+        set_name=outcome["set_name"],
+        set_digest=str(outcome.get("set_digest", "")),
+        executor=executor,
+        step=step,
+        ok=outcome["ok"],
+        reason=outcome["reason"],
+        duration_s=duration_s,
+        started_at=started_at,
+        detail=outcome,
+    )
+    return add_row(session, record).id

@@ -27,6 +27,7 @@ from rolloutd.store.actions import (
     reopen_action,
     supersede_weight_attempts,
 )
+from rolloutd.store.artefacts import record_deploy
 from rolloutd.store.commands import (
     COMMANDS_CHANNEL,
     CommandKind,
@@ -94,6 +95,7 @@ __all__ = [
     "pending_commands",
     "pending_commands_of",
     "recent_values",
+    "record_deploy",
     "record_evaluation",
     "record_evaluations",
     "reopen_action",

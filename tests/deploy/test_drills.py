@@ -17,12 +17,12 @@ from rolloutd.deploy.drills import (
     drill_gate,
     drill_passed,
     finish_drill,
-    record_deploy,
     run_drill,
     start_drill,
 )
 from rolloutd.deploy.executors import build_executor
 from rolloutd.sim.engine import Replica as SimReplica
+from rolloutd.store import queries
 from rolloutd.store.artefact_models import DeployRecord, Drill
 
 from .helpers import CANARY_CONFIG, STABLE_CONFIG, model_tree, pinned, plan_for
@@ -163,11 +163,18 @@ def test_a_failed_drill_is_named_when_the_gate_stays_closed(
 def test_deploy_records_keep_what_the_executor_did(
     session: Session, fleet: list[SimReplica], sets: tuple[PinnedSet, PinnedSet]
 ) -> None:
-    """record_deploy stores the result of one deploy for a rollout's audit trail."""
+    """The store keeps the result of one deploy for a rollout's audit trail."""
     _, canary = sets
     plan = plan_for(TRITON, [fleet[0].url])
     result = build_executor(plan).deploy(plan.pools.canary.replicas[0], canary)
-    record_id = record_deploy(session, result, now=NOW)
+    record_id = queries.record_deploy(
+        session,
+        result.as_dict(),
+        executor=result.executor,
+        step="deploy",
+        duration_s=result.duration_s,
+        started_at=NOW,
+    )
     row = session.get_one(DeployRecord, record_id)
     assert (row.replica, row.set_digest, row.ok, row.executor) == (
         "c1",
