@@ -12,7 +12,7 @@ from __future__ import annotations
 import functools
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from rolloutd.core.plan import Plan, SuiteGate
 from rolloutd.core.progress import Progress
@@ -25,6 +25,7 @@ from rolloutd.reconcile.perform import Attempt
 from rolloutd.reconcile.suites import suite_counts
 from rolloutd.store import queries
 from rolloutd.store.models import Rollout
+from rolloutd.store.steps import StepTimes
 
 if TYPE_CHECKING:
     from rolloutd.store.types import Session
@@ -43,8 +44,8 @@ class Facts:
     """The keys of its performed attempts."""
     succeeded: bool
     """It ended and a newer rollout of its service and environment exists."""
-    steps: dict[int, Any]
-    """Its step rows by index (none once it ended)."""
+    steps: dict[int, StepTimes]
+    """Its steps' times by index (none once it ended)."""
     newest: records.Newest
     suite_counts: dict[Pool, SuiteCounts] = field(default_factory=dict)
     """The newest suite run's schema counts of each pool in the step (for the schema gates)."""
@@ -89,7 +90,7 @@ def read_many(
             owed=[Attempt.of(a) for a in owed[rollout_id]],
             done=done[rollout_id],
             succeeded=ended and queries.has_successor(session, rollout),
-            steps={} if ended else {r.step_index: r for r in steps[rollout_id]},
+            steps={} if ended else steps[rollout_id],
             newest=records.newest_stored(session, rollout_id, plan, progress)
             if judging
             else records.Newest(),
