@@ -14,6 +14,7 @@ Served as ``/metrics`` beside ``/healthz``. Two kinds:
 from __future__ import annotations
 
 import itertools
+import threading
 import time
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
@@ -232,6 +233,12 @@ class _StoreSeries:
     def __init__(self, sessions: Sessions, wall: Callable[[], datetime]) -> None:
         self.sessions = sessions
         self.wall = wall
+        self._lock = threading.Lock()
+        self._shown: dict[int, tuple[int, _Rollout]] = {}
+        """What each rollout's row showed at the revision it was read at, kept for the next
+        scrape: a rollout's row changes only when its progress is written (a revision), so
+        a baking rollout's labels, state, step, weight and counts are not read and parsed
+        again each scrape, only its gates' newest verdicts."""
 
     def texts(self) -> Iterator[bytes]:
         """The families' text, in order, in pieces. The database is read now, in one
@@ -239,13 +246,92 @@ class _StoreSeries:
         scrape holds the rollouts it read and one piece of lines, not all of them (at 10,000
         rollouts the families are some 60 MB of text)."""
         try:
-            with transaction(self.sessions) as session:
-                seen = _read(session, self.wall())
+            with self._lock, transaction(self.sessions) as session:
+                seen = self._read(session, self.wall())
         except (RolloutdError, StoreError) as exc:
             log.warning("metrics: cannot read the database", error=str(exc).splitlines()[0])
             return _store_up(0).pieces()
         families = itertools.chain([_store_up(1)], _families(seen))
         return itertools.chain.from_iterable(family.pieces() for family in families)
+
+    def _read(self, session: Session, now: datetime) -> _Seen:
+        """Everything a scrape shows, read in the caller's transaction: the rows of the
+        rollouts whose revision moved since the last scrape, and every rollout's newest
+        verdicts and failed attempts, a chunk of rollouts at a time."""
+        since = now - ENDED_VISIBLE_FOR
+        revisions = exposition.visible_revisions(session, since)
+        kept = self._shown
+        stale = [i for i, revision in revisions if i not in kept or kept[i][0] != revision]
+        for ids in _chunks(stale):
+            kept.update(_shown(session, exposition.rollout_rows(session, ids)))
+        visible = {i for i, _ in revisions}
+        for gone in [i for i in kept if i not in visible]:
+            del kept[gone]
+        rollouts: list[_Rollout] = []
+        failures: list[tuple[int, str, int]] = []
+        for ids in _chunks([i for i, _ in revisions]):
+            shown = [kept[i][1] for i in ids]
+            gates = {i: r.gate_names for i, r in zip(ids, shown, strict=True)}
+            newest = exposition.newest_verdicts(session, since, gates, (ids[0], ids[-1]))
+            rollouts += (
+                rollout._replace(
+                    gates=[
+                        (f"{_label('gate', g)},{_label('role', latest.role)},{rollout.id}", latest)
+                        for g, latest in sorted(newest[i].items())
+                    ]
+                )
+                for i, rollout in zip(ids, shown, strict=True)
+            )
+            failures += exposition.attempts_by_kind(session, ids)
+        return _Seen(rollouts, failures, outbox_stats(session), now)
+
+
+# A scrape reads its rollouts this many at a time.
+_CHUNK = 1_000
+
+
+def _chunks(ids: list[int]) -> Iterator[list[int]]:
+    for start in range(0, len(ids), _CHUNK):
+        yield ids[start : start + _CHUNK]
+
+
+def _shown(session: Session, rows: list[tuple[int, RolloutRow]]) -> dict[int, tuple[int, _Rollout]]:
+    """What each of ``rows`` shows, with the revision it was read at (its gates are read each
+    scrape)."""
+    # The outline stored with each rollout, not its plan: a scrape of 10,000 rollouts
+    # must not build 10,000 plan models.
+    counted: dict[int, dict[str, int]] = {row.id: {} for _, row in rows}
+    events = exposition.events_of_kinds(session, list(counted), ("paused", "step_extended"))
+    for owner, kind, detail, data in events:
+        key = kind if kind == "step_extended" else _hold_cause(detail, data)
+        counts = counted[owner]
+        counts[key] = counts.get(key, 0) + 1
+    shown = {}
+    for revision, row in rows:
+        outline, progress = outline_of(row), Progress.from_storage(row.progress)
+        rollout_id = _label("rollout", row.id)
+        environment, name = _label("environment", row.environment), _label("name", row.name)
+        service = _label("service", row.service)
+        ended = _label("rollback", rollback_outcome(progress) or "")
+        facts = progress.rollback
+        shown[row.id] = (
+            revision,
+            _Rollout(
+                id=rollout_id,
+                # Label names in sorted order, as generate_latest writes them.
+                labels=f"{environment},{name},{rollout_id},{service}",
+                owner=f"{environment},{rollout_id},{service}",
+                before_state=f"{environment},{name},{ended},{rollout_id},{service},",
+                state=outline.state(progress),
+                step=_number(outline.step(progress)[0]),
+                weight=_number(outline.weight(progress)),
+                gate_names=tuple(outline.gates),
+                gates=[],
+                started=None if facts is None else rollback_kind(outline.triggers, facts),
+                counts=counted[row.id],
+            ),
+        )
+    return shown
 
 
 def _store_up(up: int) -> _Family:
@@ -260,6 +346,8 @@ def _store_up(up: int) -> _Family:
 class _Rollout(NamedTuple):
     """One rollout as a scrape writes it: its labels, written once, and its values."""
 
+    id: str
+    """its ``rollout`` label"""
     labels: str
     """environment, name, rollout, service: the labels of its state, step and weight"""
     owner: str
@@ -269,8 +357,10 @@ class _Rollout(NamedTuple):
     state: State
     step: str
     weight: str
+    gate_names: tuple[str, ...]
+    """its plan's gates"""
     gates: list[tuple[str, GateLatest]]
-    """each gate's labels and its newest evaluation, by gate name"""
+    """each gate's labels and its newest evaluation, by gate name (read each scrape)"""
     started: RollbackKind | None
     """why its rollback started (None: it has not)"""
     counts: dict[str, int]
@@ -284,54 +374,6 @@ class _Seen(NamedTuple):
     failures: list[tuple[int, str, int]]
     outbox: OutboxStats
     now: datetime
-
-
-def _read(session: Session, now: datetime) -> _Seen:
-    """Everything a scrape shows, read in the caller's transaction, a chunk of rollouts at a
-    time, and kept as the text's pieces (a chunk's rows are let go once read)."""
-    since = now - ENDED_VISIBLE_FOR
-    rollouts: list[_Rollout] = []
-    failures: list[tuple[int, str, int]] = []
-    for rows in exposition.visible_rollouts(session, since):
-        rollouts += _rollouts(session, since, rows)
-        failures += exposition.attempts_by_kind(session, [row.id for row in rows])
-    return _Seen(rollouts, failures, outbox_stats(session), now)
-
-
-def _rollouts(session: Session, since: datetime, rows: list[RolloutRow]) -> Iterator[_Rollout]:
-    # The outline stored with each rollout, not its plan: a scrape of 10,000 rollouts
-    # must not build 10,000 plan models.
-    outlines = {row.id: outline_of(row) for row in rows}
-    gates = {rollout_id: outline.gates for rollout_id, outline in outlines.items()}
-    newest = exposition.newest_verdicts(session, since, gates, (rows[0].id, rows[-1].id))
-    counted: dict[int, dict[str, int]] = {row.id: {} for row in rows}
-    events = exposition.events_of_kinds(session, list(counted), ("paused", "step_extended"))
-    for owner, kind, detail, data in events:
-        key = kind if kind == "step_extended" else _hold_cause(detail, data)
-        counts = counted[owner]
-        counts[key] = counts.get(key, 0) + 1
-    for row in rows:
-        outline, progress = outlines[row.id], Progress.from_storage(row.progress)
-        rollout_id = _label("rollout", row.id)
-        environment, name = _label("environment", row.environment), _label("name", row.name)
-        service = _label("service", row.service)
-        ended = _label("rollback", rollback_outcome(progress) or "")
-        facts = progress.rollback
-        yield _Rollout(
-            # Label names in sorted order, as generate_latest writes them.
-            labels=f"{environment},{name},{rollout_id},{service}",
-            owner=f"{environment},{rollout_id},{service}",
-            before_state=f"{environment},{name},{ended},{rollout_id},{service},",
-            state=outline.state(progress),
-            step=_number(outline.step(progress)[0]),
-            weight=_number(outline.weight(progress)),
-            gates=[
-                (f"{_label('gate', gate)},{_label('role', latest.role)},{rollout_id}", latest)
-                for gate, latest in sorted(newest[row.id].items())
-            ],
-            started=None if facts is None else rollback_kind(outline.triggers, facts),
-            counts=counted[row.id],
-        )
 
 
 def _families(seen: _Seen) -> Iterator[_Family]:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
@@ -18,29 +18,26 @@ def _visible(ended_since: datetime) -> ColumnElement[bool]:
     return Rollout.active.is_(True) | (Rollout.updated_at >= ended_since)
 
 
-def visible_rollouts(
-    session: Session, ended_since: datetime, *, chunk: int = 1_000
-) -> Iterator[list[RolloutRow]]:
-    """The active rollouts and those whose last write (the one that ended them) is
-    ``ended_since`` or later, by id, ``chunk`` rows at a time: their rows, not ORM objects,
-    and without their plan text unless they have no stored outline (a scrape of 10,000
-    rollouts has no use for their plans, and holds one chunk of rows at a time)."""
+def visible_revisions(session: Session, ended_since: datetime) -> list[tuple[int, int]]:
+    """``(id, revision)`` of the active rollouts and of those whose last write (the one that
+    ended them) is ``ended_since`` or later, by id: a scrape reads again only the rows whose
+    revision moved since it last showed them."""
+    query = select(Rollout.id, Rollout.revision).where(_visible(ended_since))
+    return [
+        (rollout_id, revision)
+        for rollout_id, revision in session.execute(query.order_by(Rollout.id))
+    ]
+
+
+def rollout_rows(session: Session, rollout_ids: Sequence[int]) -> list[tuple[int, RolloutRow]]:
+    """The rows of ``rollout_ids`` with their revisions: rows, not ORM objects, and without
+    their plan text unless they have no stored outline (a scrape has no use for plans)."""
     columns: list[Any] = [getattr(Rollout, name) for name in RolloutRow._fields]
     columns[RolloutRow._fields.index("plan_source")] = case(
         (Rollout.plan_outline.is_(None), Rollout.plan_source), else_=literal("")
     ).label("plan_source")
-    after = 0
-    while True:
-        query = select(*columns).where(_visible(ended_since), Rollout.id > after)
-        rows = [
-            RolloutRow._make(row)
-            for row in session.execute(query.order_by(Rollout.id).limit(chunk))
-        ]
-        if rows:
-            yield rows
-        if len(rows) < chunk:
-            return
-        after = rows[-1].id
+    query = select(Rollout.revision, *columns).where(Rollout.id.in_(rollout_ids))
+    return [(revision, RolloutRow._make(row)) for revision, *row in session.execute(query)]
 
 
 def newest_verdicts(
@@ -50,8 +47,8 @@ def newest_verdicts(
     ids: tuple[int, int],
 ) -> dict[int, dict[str, GateLatest]]:
     """The newest evaluation of each of ``gates`` (rollout id -> gate names) of a chunk of the
-    rollouts :func:`visible_rollouts` read, those from ``ids[0]`` to ``ids[1]``: selected by the
-    same condition and the range rather than by their ids."""
+    rollouts :func:`visible_revisions` read, those from ``ids[0]`` to ``ids[1]``: selected by
+    the same condition and the range rather than by their ids."""
     among = _visible(ended_since) & Rollout.id.between(*ids)
     return latest_of_rollouts(session, gates, among=among)
 

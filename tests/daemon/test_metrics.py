@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
 from prometheus_client.parser import text_string_to_metric_families
@@ -193,3 +194,48 @@ def test_the_text_is_the_text_format_prometheus_client_writes(store: StoreHandle
     names = {s.labels["name"] for s in state.samples if s.labels["rollout"] == str(odd)}
     assert names == {'say "hi"\\now\nplease'}
     assert b'name="say \\"hi\\"\\\\now\\nplease"' in body
+
+
+def test_a_scrape_reads_again_only_the_rollouts_whose_progress_was_written(
+    store: StoreHandle,
+) -> None:
+    """The second scrape of four rollouts reads no rollout's row but the one whose tick wrote
+    its progress since (its revision moved), and shows its new weight; every rollout's gates
+    are read afresh; a rollout no longer visible is dropped from what is kept."""
+    from sqlalchemy import text
+
+    h = Harness(store)
+    h.tick()
+    copies = copy_rollout(h.store.engine, h.rollout_id, 3, with_evaluations=True)
+    metrics = DaemonMetrics(h.store.sessions, instance="a", wall=h.clock, leading=lambda: 1)
+
+    def scrape() -> tuple[list[str], bytes]:
+        with statements(h.store.engine) as ran:
+            body, _ = metrics.exposition()
+        return [sql for sql in ran if "plan_outline" in sql], body
+
+    def weight(body: bytes, rollout_id: int) -> float:
+        family = next(
+            f
+            for f in text_string_to_metric_families(body.decode())
+            if f.name == "rolloutd_rollout_canary_weight_percent"
+        )
+        return next(s.value for s in family.samples if s.labels["rollout"] == str(rollout_id))
+
+    first, body = scrape()
+    assert len(first) == 1 and weight(body, h.rollout_id) == 5.0
+    again, _ = scrape()
+    assert again == []
+    assert h.tick(seconds=5) == "running"  # the weight is verified: progress written
+    assert h.tick(hours=48) == "running"  # the bake is over: the next step, 25%
+    changed, body = scrape()
+    assert len(changed) == 1 and weight(body, h.rollout_id) == 25.0
+    assert {weight(body, c) for c in copies} == {5.0}
+    with h.store.engine.begin() as connection:
+        connection.execute(
+            text("UPDATE rollouts SET active = false, updated_at = :old WHERE id = :id"),
+            {"old": h.clock() - timedelta(days=1), "id": copies[0]},
+        )
+    _, body = scrape()
+    assert f'rollout="{copies[0]}"'.encode() not in body
+    assert copies[0] not in metrics.store._shown
