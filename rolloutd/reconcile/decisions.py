@@ -49,15 +49,7 @@ def claim(
     """Write a quiet decision's progress, under the revision and lease fence, on a rollout's
     first tick under this lease epoch: the row then says who drives it. Nothing else changed,
     so what is kept of the rollout stays true and it is not read afresh."""
-    queries.save_progress(
-        session,
-        facts.rollout,
-        progress=decision.progress.for_storage(),
-        state=decision.state.value,
-        active=not decision.state.terminal,
-        now=max(shell.clock(), now),
-        fence=fence(held, now=shell.wall()),
-    )
+    _save_progress(shell, session, held, facts, decision, max(shell.clock(), now))
     queries.keep_light(session, facts.rollout)
 
 
@@ -82,15 +74,7 @@ def write(
     # command that arrived while the tick ran is handled after it was made.
     stamp = max([shell.clock(), now, *(c.created_at for c in handled)])
     revision = rollout.revision
-    queries.save_progress(
-        session,
-        rollout,
-        progress=decision.progress.for_storage(),
-        state=decision.state.value,
-        active=not decision.state.terminal,
-        now=stamp,
-        fence=fence(held, now=shell.wall()),
-    )
+    _save_progress(shell, session, held, facts, decision, stamp)
     for i, event in enumerate(decision.events):
         queries.append_event(
             session,
@@ -127,3 +111,18 @@ def write(
     new = [Attempt.of(a) for a in added]
     facts.owed = owed + new
     return moved, new
+
+
+def _save_progress(
+    shell: Shell, session: Session, held: Held, facts: Facts, decision: Decision, now: datetime
+) -> None:
+    """The decision's progress and state, under the revision read and the lease fence."""
+    queries.save_progress(
+        session,
+        facts.rollout,
+        progress=decision.progress.for_storage(),
+        state=decision.state.value,
+        active=not decision.state.terminal,
+        now=now,
+        fence=fence(held, now=shell.wall()),
+    )

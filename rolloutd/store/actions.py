@@ -67,14 +67,9 @@ def pending_actions(session: Session, rollout_id: int | None = None) -> list[Act
     return list(session.scalars(query.order_by(Action.created_at, Action.id)))
 
 
-def open_actions(session: Session, rollout_id: int) -> list[Action]:
-    """A rollout's actions not performed yet (pending, or failed and to be tried again)."""
-    query = select(Action).where(Action.rollout_id == rollout_id, Action.status.in_(OPEN))
-    return list(session.scalars(query.order_by(Action.created_at, Action.id)))
-
-
 def open_actions_of(session: Session, rollout_ids: Sequence[int]) -> dict[int, list[Action]]:
-    """Each rollout's open actions (as :func:`open_actions`), for a batch, in one statement."""
+    """Each rollout's actions not performed yet (pending, or failed and to be tried again),
+    oldest first, for a batch, in one statement."""
     found: dict[int, list[Action]] = {i: [] for i in rollout_ids}
     query = select(Action).where(Action.rollout_id.in_(found), Action.status.in_(OPEN))
     for action in session.scalars(query.order_by(Action.created_at, Action.id)):

@@ -20,6 +20,7 @@ from rolloutd.planfile import LoadedPlan, parse_plan
 from rolloutd.store import queries
 from tests.plans import NO_EXECUTOR, memory_plan
 from tests.reconcile.test_reconcile import PLAN, Harness
+from tests.store.seed import copy_rollout, statements
 from tests.twins import Leader
 
 if TYPE_CHECKING:
@@ -224,28 +225,6 @@ def test_a_tick_leaves_nothing_in_a_reference_cycle(store: StoreHandle) -> None:
     assert latest["ttft"].evidence["load"]["unknown"]  # a failure was on the road
 
 
-def _statements(store: StoreHandle) -> Any:
-    """The SQL text of every statement the store's engine runs while the block runs."""
-    from contextlib import contextmanager
-
-    from sqlalchemy import event
-
-    @contextmanager
-    def recording() -> Any:
-        seen: list[str] = []
-
-        def record(*args: Any) -> None:
-            seen.append(str(args[2]))
-
-        event.listen(store.engine, "before_cursor_execute", record)
-        try:
-            yield seen
-        finally:
-            event.remove(store.engine, "before_cursor_execute", record)
-
-    return recording()
-
-
 def test_a_batch_reads_its_rollouts_actions_and_steps_in_a_statement_each(
     store: StoreHandle,
 ) -> None:
@@ -253,7 +232,6 @@ def test_a_batch_reads_its_rollouts_actions_and_steps_in_a_statement_each(
     steps tables as reading one: one each for the batch (only the newest verdicts are looked
     up a rollout at a time, an index lookup a gate)."""
     from rolloutd.reconcile.facts import read_many
-    from tests.store.seed import copy_rollout
 
     h = Harness(store)
     h.tick()
@@ -261,7 +239,7 @@ def test_a_batch_reads_its_rollouts_actions_and_steps_in_a_statement_each(
     copies = copy_rollout(store.engine, h.rollout_id, 9, with_evaluations=True)
 
     def tables_read(ids: list[int]) -> Counter[str]:
-        with _statements(store) as seen, store.sessions() as session:
+        with statements(store.engine) as seen, store.sessions() as session:
             found = read_many(session, ids, {})
         assert sorted(found) == sorted(ids)
         assert all(f.rollout.id == i for i, f in found.items() if not isinstance(f, Exception))
@@ -291,7 +269,7 @@ def test_a_new_leaders_first_tick_of_a_baking_rollout_claims_it_and_keeps_its_fa
     before = h.revision()
     h.tick(seconds=5)
     assert h.revision() == before + 1
-    with _statements(store) as seen:
+    with statements(store.engine) as seen:
         assert h.tick(seconds=5) == "running"
     assert h.revision() == before + 1
     assert not [sql for sql in seen if "FROM rollouts" in sql]
