@@ -5,6 +5,7 @@ from __future__ import annotations
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
+import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from rolloutd.daemon.metrics import DaemonMetrics
@@ -239,3 +240,87 @@ def test_a_scrape_reads_again_only_the_rollouts_whose_progress_was_written(
     _, body = scrape()
     assert f'rollout="{copies[0]}"'.encode() not in body
     assert copies[0] not in metrics.store._shown
+
+
+def test_a_scrape_gives_way_after_each_chunk_read_and_each_piece_written(
+    store: StoreHandle, monkeypatch: Any
+) -> None:
+    """A scrape sleeps twice the CPU time each piece of its work took (the ticks share the
+    interpreter lock with it), after each chunk of rollouts it reads and before each piece
+    of text is sent; the text is the same as without pacing."""
+    from rolloutd.daemon import metrics as module
+
+    monkeypatch.setattr(module, "PIECE_LINES", 3)
+    monkeypatch.setattr(module, "_CHUNK", 2)
+    h = Harness(store)
+    h.tick()
+    h.tick(seconds=30)
+    copy_rollout(h.store.engine, h.rollout_id, 3, with_evaluations=True)
+    cpu = [0.0]
+    slept: list[float] = []
+    made: list[str] = []
+
+    def fake_cpu() -> float:
+        cpu[0] += 0.001  # every look at the clock: a millisecond of work since the last
+        return cpu[0]
+
+    def pacer() -> module.GiveWay:
+        made.append("scrape")
+        return module.GiveWay(cpu=fake_cpu, sleep=slept.append)
+
+    metrics = DaemonMetrics(h.store.sessions, instance="a", wall=h.clock, leading=lambda: 1)
+    metrics.store.give_way = pacer
+    chunks, _ = metrics.chunks()
+    read = len(slept)
+    assert read == 2 + 2  # 4 rollouts, 2 a chunk: once after their rows, once after their gates
+    pieces = [next(chunks)]  # the process's own series: not paced
+    for piece in chunks:
+        assert len(slept) == read + len(pieces)  # the piece was paced before it was sent
+        pieces.append(piece)
+    assert made == ["scrape"] and len(pieces) > 20
+    assert slept == pytest.approx([0.002] * len(slept))  # twice the 1 ms each piece took
+    metrics.store.give_way = module.GiveWay
+    unpaced, _ = metrics.exposition()
+    assert b"".join(pieces) == unpaced
+    count = len(slept)
+    module.GiveWay(cpu=lambda: 5.0, sleep=slept.append)()  # no CPU spent: no sleep
+    assert len(slept) == count
+
+
+def test_failed_attempts_are_shown_of_the_visible_rollouts_only(store: StoreHandle) -> None:
+    """A chunk's failed attempts are read by the range of its rollout ids and the condition
+    that makes a rollout visible: a rollout ended a day ago, whose id lies among visible
+    ones, has its attempts left out with it."""
+    from sqlalchemy import text
+
+    h = Harness(store)
+    h.tick()
+    h.tick(seconds=30)
+    copies = copy_rollout(h.store.engine, h.rollout_id, 3, with_evaluations=True)
+    columns = "key, kind, payload, status, attempts, last_error, created_at"
+    with h.store.engine.begin() as connection:
+        for rollout_id in copies:
+            connection.execute(
+                text(
+                    f"INSERT INTO actions (rollout_id, {columns})"
+                    f" SELECT :new, key, 'send_alert', payload, 'pending', 3, 'refused',"
+                    " created_at FROM actions WHERE rollout_id = :id"
+                ),
+                {"new": rollout_id, "id": h.rollout_id},
+            )
+        connection.execute(
+            text("UPDATE rollouts SET active = false, updated_at = :old WHERE id = :id"),
+            {"old": h.clock() - timedelta(days=1), "id": copies[1]},
+        )
+    metrics = DaemonMetrics(h.store.sessions, instance="a", wall=h.clock, leading=lambda: 1)
+    body, _ = metrics.exposition()
+    family = next(
+        f
+        for f in text_string_to_metric_families(body.decode())
+        if f.name == "rolloutd_action_failures"
+    )
+    failed = {
+        s.labels["rollout"]: s.value for s in family.samples if s.labels["kind"] == "send_alert"
+    }
+    assert set(failed) == {str(copies[0]), str(copies[2])}
+    assert all(value > 0 for value in failed.values())
