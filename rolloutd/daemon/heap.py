@@ -11,10 +11,16 @@ garbage cycles among the frozen wait for the next refreeze, which first puts the
 (:func:`gc.unfreeze`). The interval doubles from :data:`FIRST_AFTER` to :data:`AT_MOST`: a
 new leader's facts are frozen soon after they are read, and a steady leader pays one full
 pass every ten minutes.
+
+After each pass the C heap's free pages go back to the system (glibc's ``malloc_trim``): a
+new leader reads thousands of rollouts at once, and the memory that burst freed stayed in the
+process, scattered among what it keeps.
 """
 
 from __future__ import annotations
 
+import ctypes
+import ctypes.util
 import gc
 from collections.abc import Callable
 
@@ -38,6 +44,20 @@ class Heap:
         gc.unfreeze()
         gc.collect()
         gc.freeze()
+        trim()
         self._every = min(AT_MOST, self._every * 2)
         self._next = now + self._every
         return True
+
+
+def trim() -> bool:
+    """Return the C heap's free memory to the system; whether the C library can (glibc)."""
+    name = ctypes.util.find_library("c")
+    try:
+        libc = ctypes.CDLL(name)
+        malloc_trim = libc.malloc_trim
+    except (OSError, AttributeError):  # not glibc (musl has no malloc_trim)
+        return False
+    malloc_trim.argtypes = [ctypes.c_size_t]
+    malloc_trim(0)
+    return True

@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import gc
 import itertools
+import os
+import subprocess
+import sys
 import weakref
 from collections.abc import Iterator
 
@@ -59,3 +62,47 @@ def test_what_survived_is_frozen_and_a_frozen_cycle_goes_at_the_next_refreeze(
     now[0] = 10 * FIRST_AFTER
     assert heap.tend()
     assert gone() is None
+
+
+_SCATTERED = """
+from rolloutd.daemon.heap import trim
+
+def rss():
+    for line in open("/proc/self/status"):
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) / 1024
+
+blocks = [bytearray(4000) for _ in range(50_000)]
+kept = blocks[::50]  # one in fifty stays: the freed rest lies between what is kept
+del blocks
+before = rss()
+print(trim(), before, rss())
+"""
+
+
+def test_a_refreeze_gives_the_free_c_heap_back_to_the_system(
+    unfrozen: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """After a burst of 200 MB of allocations of which one in fifty is kept, the process
+    holds on to the freed memory between the kept blocks until it is trimmed (measured in a
+    process of its own, as the unit runs it, with two malloc arenas); each refreeze trims."""
+    found = subprocess.run(
+        [sys.executable, "-c", _SCATTERED],
+        env={**os.environ, "MALLOC_ARENA_MAX": "2"},
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    trimmed, before, after = found.stdout.split()
+    assert trimmed == "True" and float(before) > 150
+    assert float(after) < float(before) / 3
+
+    import rolloutd.daemon.heap as module
+
+    calls: list[int] = []
+    monkeypatch.setattr(module, "trim", lambda: calls.append(gc.get_freeze_count()) or True)
+    now = [0.0]
+    heap = Heap(lambda: now[0])
+    now[0] = FIRST_AFTER
+    assert heap.tend()
+    assert len(calls) == 1 and calls[0] > 0  # after the collection and the freeze
