@@ -26,7 +26,7 @@ class Verdict(StrEnum):
     PENDING = "pending"
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class GateResult:
     """The newest evaluation of one gate; ``samples`` is how many observations it rests on
     (None when the gate's kind counts none, or the measurement failed)."""

@@ -51,7 +51,7 @@ TRAFFIC_ONLY = "traffic only: no executor"
 """What a traffic-only rollback adds to its state wherever people read it."""
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Desired:
     """What the router must serve. ``generation`` grows with every change, so an attempt
     toward an older generation is recognisably stale and is never performed."""
@@ -74,7 +74,7 @@ class Desired:
         return weight == self.weight and (mirror is None or mirror == self.mirror)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class RollbackFacts:
     """Why and when a rollback began."""
 
@@ -92,7 +92,7 @@ class RollbackFacts:
     """With a ``traffic_only`` outcome: why the plan has no executor, as the plan says it."""
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Progress:
     """Everything the state machine needs to remember between ticks."""
 
