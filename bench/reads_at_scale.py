@@ -12,8 +12,8 @@ of this process, and the SQL statements run):
 - the newest verdict of every gate of every rollout read one rollout at a time
   (``latest_evaluations``, as a scrape read them before): the baseline of the ratio column;
 - the same read for all rollouts at once (``latest_of_rollouts``, as a scrape reads them now);
-- a whole scrape (``DaemonMetrics.exposition``: the reads and the text Prometheus gets; its
-  wall time includes the pauses it makes to give way to the ticks, twice its CPU time);
+- a whole scrape (``DaemonMetrics.exposition``: the reads and the text Prometheus gets; no
+  tick runs here, so it never pauses to give way to one);
 - the web list page unfiltered (50 rollouts shown), and filtered by a state no rollout is in.
 
 Every database is dropped at the end.

@@ -203,6 +203,11 @@ class TickJobs:
         with self._lock:
             return len(self._rollouts)
 
+    def ticking(self) -> bool:
+        """Whether a batch is queued or running."""
+        with self._lock:
+            return bool(self._in_flight)
+
     def driving(self, rollout_id: int) -> bool:
         """Whether the ticker drives ``rollout_id``."""
         with self._lock:

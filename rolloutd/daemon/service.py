@@ -152,6 +152,7 @@ class Daemon:
             wall=wall,
             leading=self.leadership.epoch,
             round_trips=lambda: trips.count,
+            ticking=self._ticking,
         )
         self.sender = Sender(
             self.sessions,
@@ -190,6 +191,10 @@ class Daemon:
         return self.leadership.held
 
     # -- lifecycle --------------------------------------------------------------------------
+
+    def _ticking(self) -> bool:
+        """Whether ticks run: a scrape gives way to them."""
+        return self.jobs.ticking()
 
     def run(self) -> int:
         """Run until SIGTERM; returns the process exit code."""

@@ -170,3 +170,30 @@ def test_batches_that_reach_nothing_over_the_network_run_one_at_a_time_in_one_th
     assert len(threads["local"]) == 1 and threads["local"].pop().startswith("tick-local")
     assert most["remote"] > 1
     assert not any(name.startswith("tick-local") for name in threads["remote"])
+
+
+def test_ticking_from_a_batch_handed_out_until_it_finished(store: StoreHandle) -> None:
+    """A scrape gives way while ticks run: from the moment the ticker hands a batch out
+    (queued for a thread or running) until it finished."""
+    h = Harness(store)
+    metrics = DaemonMetrics(store.sessions, instance="test", wall=h.clock, leading=lambda: 1)
+    jobs = _jobs(store, h, metrics)
+    release = threading.Event()
+
+    def blocked(ids: list[int]) -> dict[int, Any]:
+        release.wait(30)
+        return {}
+
+    h.reconciler.tick_many = blocked  # type: ignore[method-assign,assignment]
+    assert not jobs.ticking()
+    now = datetime.now(UTC)
+    with jobs._kick:
+        jobs._rollouts[h.rollout_id] = _Due(None, now)
+        ((ids, dues, _),) = jobs._due_batches(now)
+    assert ids == [h.rollout_id] and jobs.ticking()  # handed out, not started
+    running = threading.Thread(target=jobs._run_batch, args=(ids, dues))
+    running.start()
+    assert jobs.ticking()
+    release.set()
+    running.join(30)
+    assert not jobs.ticking()

@@ -245,9 +245,10 @@ def test_a_scrape_reads_again_only_the_rollouts_whose_progress_was_written(
 def test_a_scrape_gives_way_after_each_chunk_read_and_each_piece_written(
     store: StoreHandle, monkeypatch: Any
 ) -> None:
-    """A scrape sleeps twice the CPU time each piece of its work took (the ticks share the
-    interpreter lock with it), after each chunk of rollouts it reads and before each piece
-    of text is sent; the text is the same as without pacing."""
+    """While ticks run, a scrape sleeps twice the CPU time each piece of its work took (the
+    ticks share the interpreter lock with it), after each chunk of rollouts it reads and
+    before each piece of text is sent; the text is the same as without pacing. While no
+    tick runs, it does not sleep."""
     from rolloutd.daemon import metrics as module
 
     monkeypatch.setattr(module, "PIECE_LINES", 3)
@@ -284,6 +285,7 @@ def test_a_scrape_gives_way_after_each_chunk_read_and_each_piece_written(
     assert b"".join(pieces) == unpaced
     count = len(slept)
     module.GiveWay(cpu=lambda: 5.0, sleep=slept.append)()  # no CPU spent: no sleep
+    module.GiveWay(lambda: False, cpu=fake_cpu, sleep=slept.append)()  # no tick runs: none
     assert len(slept) == count
 
 
