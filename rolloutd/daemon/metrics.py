@@ -17,6 +17,7 @@ lock with it, fell seconds behind the rollouts' due times during every scrape.
 
 from __future__ import annotations
 
+import functools
 import itertools
 import threading
 import time
@@ -267,6 +268,12 @@ def _number(value: float) -> str:
 _HOT = ("0.0", "1.0")  # _number(0.0) and _number(1.0): a one-hot family's values
 
 
+@functools.lru_cache(maxsize=4_096)
+def _gate_labels(gate: str, role: str) -> str:
+    """A gate's labels but its rollout's, written once for all the rollouts with the gate."""
+    return f"{_label('gate', gate)},{_label('role', role)}"
+
+
 def _label(name: str, value: object) -> str:
     """``name="value"``, the value escaped as the text format wants."""
     text = str(value).replace("\\", r"\\").replace("\n", r"\n").replace('"', r"\"")
@@ -325,23 +332,21 @@ class _StoreSeries:
         for gone in [i for i in kept if i not in visible]:
             del kept[gone]
         rollouts: list[_Rollout] = []
+        gates: list[tuple[str, GateLatest]] = []
         failures: list[tuple[int, str, int]] = []
         for ids in _chunks([i for i, _ in revisions]):
             shown = [kept[i][1] for i in ids]
-            gates = {i: r.gate_names for i, r in zip(ids, shown, strict=True)}
-            newest = exposition.newest_verdicts(session, since, gates, (ids[0], ids[-1]))
-            rollouts += (
-                rollout._replace(
-                    gates=[
-                        (f"{_label('gate', g)},{_label('role', latest.role)},{rollout.id}", latest)
-                        for g, latest in sorted(newest[i].items())
-                    ]
+            names = {i: r.gate_names for i, r in zip(ids, shown, strict=True)}
+            newest = exposition.newest_verdicts(session, since, names, (ids[0], ids[-1]))
+            for i, rollout in zip(ids, shown, strict=True):
+                gates += (
+                    (f"{_gate_labels(g, latest.role)},{rollout.id}", latest)
+                    for g, latest in sorted(newest[i].items())
                 )
-                for i, rollout in zip(ids, shown, strict=True)
-            )
+            rollouts += shown
             failures += exposition.attempts_by_kind(session, since, (ids[0], ids[-1]))
             give_way()
-        return _Seen(rollouts, failures, outbox_stats(session), now)
+        return _Seen(rollouts, gates, failures, outbox_stats(session), now)
 
 
 # A scrape reads its rollouts this many at a time.
@@ -384,7 +389,6 @@ def _shown(session: Session, rows: list[tuple[int, RolloutRow]]) -> dict[int, tu
                 step=_number(outline.step(progress)[0]),
                 weight=_number(outline.weight(progress)),
                 gate_names=tuple(outline.gates),
-                gates=[],
                 started=None if facts is None else rollback_kind(outline.triggers, facts),
                 counts=counted[row.id],
             ),
@@ -417,8 +421,6 @@ class _Rollout(NamedTuple):
     weight: str
     gate_names: tuple[str, ...]
     """its plan's gates"""
-    gates: list[tuple[str, GateLatest]]
-    """each gate's labels and its newest evaluation, by gate name (read each scrape)"""
     started: RollbackKind | None
     """why its rollback started (None: it has not)"""
     counts: dict[str, int]
@@ -429,6 +431,8 @@ class _Seen(NamedTuple):
     """What one scrape read from the database."""
 
     rollouts: list[_Rollout]
+    gates: list[tuple[str, GateLatest]]
+    """each gate's labels and its newest evaluation, by rollout and gate name"""
     failures: list[tuple[int, str, int]]
     outbox: OutboxStats
     now: datetime
@@ -461,7 +465,7 @@ def _families(seen: _Seen) -> Iterator[_Family]:
         "The share of sessions the rollout intends for the canary.",
         ((rollout.labels, rollout.weight) for rollout in rollouts),
     )
-    yield from _gate_families(rollouts)
+    yield from _gate_families(seen.gates)
     yield _Family(
         "rolloutd_action_failures",
         "counter",
@@ -475,17 +479,12 @@ def _families(seen: _Seen) -> Iterator[_Family]:
     yield from _outbox(seen.outbox, seen.now)
 
 
-def _gate_families(rollouts: list[_Rollout]) -> Iterator[_Family]:
+def _gate_families(gates: list[tuple[str, GateLatest]]) -> Iterator[_Family]:
     yield _Family(
         "rolloutd_gate_value",
         "gauge",
         "The newest value of each gate of each rollout (absent while it has none).",
-        (
-            (labels, _number(latest.value))
-            for rollout in rollouts
-            for labels, latest in rollout.gates
-            if latest.value is not None
-        ),
+        ((labels, _number(latest.value)) for labels, latest in gates if latest.value is not None),
     )
     verdicts = [(candidate.value, _label("verdict", candidate.value)) for candidate in Verdict]
     yield _Family(
@@ -494,8 +493,7 @@ def _gate_families(rollouts: list[_Rollout]) -> Iterator[_Family]:
         "1 for the gate's newest verdict, 0 for the others.",
         (
             (f"{labels},{label}", _HOT[latest.verdict == candidate])
-            for rollout in rollouts
-            for labels, latest in rollout.gates
+            for labels, latest in gates
             for candidate, label in verdicts
         ),
     )
@@ -503,11 +501,7 @@ def _gate_families(rollouts: list[_Rollout]) -> Iterator[_Family]:
         "rolloutd_gate_evaluated_timestamp_seconds",
         "gauge",
         "When the gate was last evaluated (Unix time).",
-        (
-            (labels, _number(latest.evaluated_at.timestamp()))
-            for rollout in rollouts
-            for labels, latest in rollout.gates
-        ),
+        ((labels, _number(latest.evaluated_at.timestamp())) for labels, latest in gates),
     )
 
 
