@@ -20,7 +20,6 @@ process, scattered among what it keeps.
 from __future__ import annotations
 
 import ctypes
-import ctypes.util
 import gc
 from collections.abc import Callable
 
@@ -52,10 +51,8 @@ class Heap:
 
 def trim() -> bool:
     """Return the C heap's free memory to the system; whether the C library can (glibc)."""
-    name = ctypes.util.find_library("c")
     try:
-        libc = ctypes.CDLL(name)
-        malloc_trim = libc.malloc_trim
+        malloc_trim = ctypes.CDLL(None).malloc_trim  # the C library the process runs on
     except (OSError, AttributeError):  # not glibc (musl has no malloc_trim)
         return False
     malloc_trim.argtypes = [ctypes.c_size_t]

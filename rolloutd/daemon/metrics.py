@@ -69,7 +69,7 @@ class DaemonMetrics:
         wall: Callable[[], datetime],
         leading: Callable[[], int | None],
         round_trips: Callable[[], int] | None = None,
-        ticking: Callable[[], bool] = lambda: False,
+        ticks_running: Callable[[], bool] = lambda: False,
     ) -> None:
         self.registry = CollectorRegistry(auto_describe=True)
         self.ticks = Counter(
@@ -106,7 +106,7 @@ class DaemonMetrics:
         self.registry.register(_LeaderCollector(instance, leading))
         if round_trips is not None:
             self.registry.register(_RoundTripCollector(round_trips))
-        self.store = _StoreSeries(sessions, wall, lambda: GiveWay(ticking))
+        self.store = _StoreSeries(sessions, wall, lambda: GiveWay(ticks_running))
 
     @contextmanager
     def ticking(self, rollouts: int = 1) -> Iterator[None]:
@@ -197,7 +197,7 @@ class GiveWay:
     while it ran, the batches queued for the local thread grew to 38 and their lag to
     3.5 s (a 2 s goal). After each piece of its work (a chunk of rollouts read, a piece of
     text written) the scrape sleeps :data:`GIVE_WAY` times the CPU time its thread spent on
-    it, if ticks are in flight (``ticking``): they then have the lock whenever they want it
+    it, if ticks are in flight (``ticks_running``): they then have the lock whenever they want it
     two thirds of the time, and a scrape takes longer only while they run. At 10,000
     rollouts (``bench/scale.py``'s leader) the lag p99 was 0.97 s with twice the CPU time,
     and 2.04 s with as long; scrapes took 7.0-8.7 s and 5.3-7.0 s when every piece slept.
@@ -205,18 +205,19 @@ class GiveWay:
 
     def __init__(
         self,
-        ticking: Callable[[], bool] = lambda: True,
+        ticks_running: Callable[[], bool] = lambda: True,
         ratio: float = GIVE_WAY,
         cpu: Callable[[], float] = time.thread_time,
         sleep: Callable[[float], None] = time.sleep,
     ) -> None:
-        self.ticking, self.ratio, self.cpu, self.sleep = ticking, ratio, cpu, sleep
+        self.ticks_running, self.ratio = ticks_running, ratio
+        self.cpu, self.sleep = cpu, sleep
         self._mark = cpu()
 
     def __call__(self) -> None:
         """One piece of work is done: wait in proportion to its CPU time, while ticks run."""
         spent = self.cpu() - self._mark
-        if spent > 0 and self.ticking():
+        if spent > 0 and self.ticks_running():
             self.sleep(spent * self.ratio)
         self._mark = self.cpu()
 

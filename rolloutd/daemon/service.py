@@ -152,7 +152,7 @@ class Daemon:
             wall=wall,
             leading=self.leadership.epoch,
             round_trips=lambda: trips.count,
-            ticking=self._ticking,
+            ticks_running=self._ticks_running,
         )
         self.sender = Sender(
             self.sessions,
@@ -192,7 +192,7 @@ class Daemon:
 
     # -- lifecycle --------------------------------------------------------------------------
 
-    def _ticking(self) -> bool:
+    def _ticks_running(self) -> bool:
         """Whether ticks run: a scrape gives way to them."""
         return self.jobs.ticking()
 

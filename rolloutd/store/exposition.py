@@ -65,6 +65,7 @@ def attempts_by_kind(
         .join(Rollout, Rollout.id == Action.rollout_id)
         .where(_visible(ended_since) & Rollout.id.between(*ids))
         .group_by(Action.rollout_id, Action.kind)
+        .order_by(Action.rollout_id, Action.kind)
     )
     return [(rollout_id, kind, int(attempts or 0)) for rollout_id, kind, attempts in rows]
 

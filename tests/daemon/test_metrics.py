@@ -292,7 +292,7 @@ def test_a_scrape_gives_way_after_each_chunk_read_and_each_piece_written(
 def test_failed_attempts_are_shown_of_the_visible_rollouts_only(store: StoreHandle) -> None:
     """A chunk's failed attempts are read by the range of its rollout ids and the condition
     that makes a rollout visible: a rollout ended a day ago, whose id lies among visible
-    ones, has its attempts left out with it."""
+    ones, has its attempts left out with it. They are written in order."""
     from sqlalchemy import text
 
     h = Harness(store)
@@ -326,3 +326,5 @@ def test_failed_attempts_are_shown_of_the_visible_rollouts_only(store: StoreHand
     }
     assert set(failed) == {str(copies[0]), str(copies[2])}
     assert all(value > 0 for value in failed.values())
+    shown = [(int(s.labels["rollout"]), s.labels["kind"]) for s in family.samples]
+    assert shown == sorted(shown)  # by rollout and kind: the same order every scrape
