@@ -81,6 +81,16 @@ class Performer:
         self.shell = shell
         self.drivers = drivers
 
+    def owed(self, facts: Facts, owed: list[Attempt], bound: Any) -> None:
+        """Perform the owed alerts, redeploys and verifications. A rollout that owes any is
+        read afresh next tick: an attempt's outcome (its count, back-off, error) is on its row."""
+        if not owed:
+            return
+        facts.dirty = True
+        if sum(self.attempt(facts, action, bound) for action in owed):
+            with self.shell.read() as session:
+                facts.done = queries.done_action_keys(session, facts.rollout.id)
+
     def attempt(self, facts: Facts, action: Attempt, bound: Any) -> bool:
         """Perform an alert, a redeploy or a verification of ``facts``' rollout unless it is
         backing off; record the outcome (weights take :mod:`~rolloutd.reconcile.converge`'s

@@ -8,8 +8,8 @@ write only what a decision changed (progress, events, command outcomes, steps, t
 row of a new desired fact). A baking rollout's tick decides nothing and writes nothing but
 its evaluations. After the commit, the new attempts are performed and a new desired fact
 takes the same road to the router. A rollout whose gate breached is decided in a transaction
-of its own as soon as it is judged, so its rollback reaches the router as fast as a batch of
-one's would, whatever the size of its batch.
+of its own as soon as it is judged, and every rollout's triggers are judged before any is
+observed: a trigger's rollback reaches the router as fast as in a batch of one.
 
 The leader keeps the facts only it writes in memory between ticks (:mod:`.facts`), so a
 batch of baking rollouts costs a lease fence, one read of commands and one insert: under one
@@ -155,30 +155,52 @@ class Reconciler:
         self.known.under(held.epoch)
         outcomes: dict[int, Outcome] = {}
         works: list[_Work] = []
-        for rollout_id, found in self._facts(rollout_ids).items():
-            started = time.perf_counter()
-            try:
-                if isinstance(found, RolloutdError):
-                    raise found
-                work = self._observe(found, now)
-            except NotLeading:
-                raise
-            except RolloutdError as exc:
+        found = self._facts(rollout_ids)
+        judgements = judge.of_batch(found, self.drivers, self.suites, now)
+        # Every rollout's triggers first: a breach goes to the router before the rest of the
+        # batch is observed, whatever its place in the batch.
+        for judgement in judgements.values():
+            if judgement.breached():
+                self._take(held, judgement, outcomes, works)
+        for rollout_id, facts in found.items():
+            if isinstance(facts, RolloutdError):
                 self.known.forget(rollout_id)
-                outcomes[rollout_id] = exc
-                continue
-            finally:
-                self._timed(rollout_id, time.perf_counter() - started)
-            if isinstance(work, TickResult):
-                outcomes[rollout_id] = work
-                self.known.keep(found)
-            elif _breached(work):
-                # Its rollback goes to the router now, not after the rest of the batch.
-                outcomes.update(self._decide_and_follow(held, [work], now))
-            else:
-                works.append(work)
+                outcomes[rollout_id] = facts
+            elif rollout_id not in outcomes:
+                self._take(held, judgements[rollout_id], outcomes, works)
         outcomes.update(self._decide_and_follow(held, works, now))
         return outcomes
+
+    def _take(
+        self,
+        held: Held,
+        judgement: judge.Judgement,
+        outcomes: dict[int, Outcome],
+        works: list[_Work],
+    ) -> None:
+        """Observe one rollout of the batch: its outcome, if it needs no decision or failed;
+        decided at once, if a gate breached; else its work joins the batch's decision."""
+        facts = judgement.facts
+        rollout_id, started = facts.rollout.id, time.perf_counter() - judgement.spent
+        try:
+            work = self._observe(facts, judgement)
+        except NotLeading:
+            raise
+        except RolloutdError as exc:
+            self.known.forget(rollout_id)
+            outcomes[rollout_id] = exc
+            return
+        finally:
+            slow = time.perf_counter() - started > SLOW_SECONDS
+            (self.slow.add if slow else self.slow.discard)(rollout_id)
+        if isinstance(work, TickResult):
+            outcomes[rollout_id] = work
+            self.known.keep(facts)
+        elif _breached(work):
+            # Its rollback goes to the router now, not after the rest of the batch.
+            outcomes.update(self._decide_and_follow(held, [work], judgement.now))
+        else:
+            works.append(work)
 
     def _decide_and_follow(
         self, held: Held, works: list[_Work], now: datetime
@@ -190,12 +212,6 @@ class Reconciler:
                 self.known.forget(work.facts.rollout.id)
             raise
         return {work.facts.rollout.id: self._follow(work, decision) for work, decision in decided}
-
-    def _timed(self, rollout_id: int, seconds: float) -> None:
-        if seconds > SLOW_SECONDS:
-            self.slow.add(rollout_id)
-        else:
-            self.slow.discard(rollout_id)
 
     def _facts(self, rollout_ids: Sequence[int]) -> dict[int, Facts | RolloutdError]:
         """The batch's facts: known ones from memory, the rest read in one transaction."""
@@ -213,14 +229,20 @@ class Reconciler:
                     self.local.add(rollout_id)
         return {i: found[i] if i in found else self.known.facts[i] for i in rollout_ids}
 
-    def _observe(self, facts: Facts, now: datetime) -> _Work | TickResult:
-        """Everything before the decision: owed attempts, the router, the gates."""
-        rollout_id, plan, progress = facts.rollout.id, facts.plan, facts.progress
+    def _observe(self, facts: Facts, judgement: judge.Judgement) -> _Work | TickResult:
+        """Everything before the decision: owed attempts, the router, the gates (the triggers
+        may have been judged already)."""
+        rollout_id, plan, progress, now = (
+            facts.rollout.id,
+            facts.plan,
+            facts.progress,
+            judgement.now,
+        )
         bound = log.bind(rollout=rollout_id, instance=self.shell.instance)
         router = self._router(rollout_id, plan)
         # Replay what is owed besides weights (alerts, redeploys, verifications): an ended
         # rollout may still owe its final alert after a crash. Weights converge below.
-        self._perform(facts, [a for a in facts.owed if a.kind != "set_weight"], bound)
+        self.performer.owed(facts, [a for a in facts.owed if a.kind != "set_weight"], bound)
         if progress.ended is not None:
             # A newer rollout of the service owns the router now: never fight it.
             watching = not facts.succeeded and self._watching(progress, router, now)
@@ -233,18 +255,8 @@ class Reconciler:
         else:
             observed = self.converger.converge(facts, desired_of(plan, progress), router, bound)
             preflight_error = None
-        evaluations = judge.evaluate(facts, self.drivers, self.suites, now)
+        evaluations = judgement.evaluations()
         return _Work(facts, router, bound, observed, preflight_error, evaluations)
-
-    def _perform(self, facts: Facts, owed: list[Attempt], bound: Any) -> None:
-        """Perform the owed alerts, redeploys and verifications. A rollout that owes any is
-        read afresh next tick: an attempt's outcome (its count, back-off, error) is on its row."""
-        if not owed:
-            return
-        facts.dirty = True
-        if sum(self.performer.attempt(facts, action, bound) for action in owed):
-            with self.shell.read() as session:
-                facts.done = queries.done_action_keys(session, facts.rollout.id)
 
     def watch_window(self, router: Router | None) -> timedelta:
         """How long an ended rollout keeps its router verified: twice the lease TTL (the
@@ -327,7 +339,7 @@ class Reconciler:
         """After the commit: perform the decision's attempts, take a new desired fact to the
         router, and keep the facts for the next tick."""
         facts = work.facts
-        self._perform(facts, work.added, work.bound)
+        self.performer.owed(facts, work.added, work.bound)
         if work.moved and decision.progress.desired is not None:
             self.converger.converge(facts, decision.progress.desired, work.router, work.bound)
         if decision.events:

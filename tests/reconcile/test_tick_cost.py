@@ -130,6 +130,86 @@ def test_a_breach_reaches_the_router_before_the_rest_of_its_batch_is_judged(
     assert all(outcomes[i].state.value == "running" for i in ids[1:])  # type: ignore[union-attr]
 
 
+def test_every_rollouts_triggers_are_judged_before_any_rollout_is_observed(
+    store: StoreHandle,
+) -> None:
+    """Three rollouts in one batch, the last one's OOM trigger breaching: every rollout's
+    triggers are judged first, so its router reads 0% before the other routers are read and
+    their step gates measured (it waited for the two before it to be observed whole, a place
+    in the batch that a batch of one does not have); the two others still tick in one, each
+    gate judged once."""
+
+    from rolloutd.core.plan import Plan
+    from rolloutd.metrics.sources import MemoryMetrics
+    from rolloutd.routers.base import MemoryRouter, RouterState
+    from tests.twins import Twins
+
+    order: list[str] = []
+
+    class Watched(MemoryMetrics):
+        def __init__(self, name: str) -> None:
+            super().__init__()
+            self.name = name
+
+        def measure(self, signal: str, pool: Any, window: Any, now: Any) -> Any:
+            order.append(f"measure {self.name} {signal}")
+            return super().measure(signal, pool, window, now)
+
+    class Logged(MemoryRouter):
+        def __init__(self, name: str) -> None:
+            super().__init__()
+            self.name = name
+
+        def read_weight(self) -> Any:
+            order.append(f"read {self.name}")
+            return super().read_weight()
+
+        def set_weight(self, weight: int, *, mirror: bool = False) -> None:
+            order.append(f"set {self.name} {weight}")
+            super().set_weight(weight, mirror=mirror)
+
+    h = Harness(store)
+    ids = [h.rollout_id]
+    with store.sessions.begin() as session:
+        for i in (1, 2):
+            other = parse_plan(yaml.safe_dump({**PLAN, "service": f"svc-{i}"}), f"p{i}.yaml")
+            ids.append(start_rollout(session, other, actor="alice", now=h.clock()))
+    routers = {i: Logged(f"r{n}") for n, i in enumerate(ids)}
+    sources = {i: Watched(f"r{n}") for n, i in enumerate(ids)}
+    for source in sources.values():
+        source.set("queue_timeout_rate", "canary", 0.002, samples=500)
+        source.set("oom_events", "canary", 0)
+
+    class PerRollout(Twins):
+        def router(self, rollout_id: int, plan: Plan) -> Any:
+            return routers[rollout_id]
+
+        def metrics(self, rollout_id: int, plan: Plan) -> Any:
+            return sources[rollout_id]
+
+    h.reconciler.drivers = h.reconciler.performer.drivers = PerRollout(h.router, h.metrics)
+    for _ in range(2):  # enter 5%, then verify it
+        h.reconciler.tick_many(ids)
+        h.clock.advance(seconds=5)
+    h.clock.advance(seconds=30)  # the step gates are due again
+    sources[ids[2]].set("oom_events", "canary", 1)
+    order.clear()
+
+    outcomes = h.reconciler.tick_many(ids)
+
+    assert outcomes[ids[2]].state.value == "rolling_back"  # type: ignore[union-attr]
+    assert routers[ids[2]].read_weight() == RouterState(0)
+    zero = order.index("set r2 0")
+    assert order[:zero].count("measure r0 oom_events") == 1
+    assert order[:zero].count("measure r1 oom_events") == 1
+    others = [e for e in order[:zero] if " r2" not in e and "oom_events" not in e]
+    assert others == [], order  # no router of the others read, no step gate of theirs measured
+    assert zero < order.index("read r0") < order.index("read r1"), order
+    assert order.count("measure r0 queue_timeout_rate") == 1  # the step gate, once
+    assert order.count("measure r0 oom_events") == 1  # the trigger, judged first, not again
+    assert all(outcomes[i].state.value == "running" for i in ids[:2])  # type: ignore[union-attr]
+
+
 class Counting:
     """A memory source that counts each question it is asked."""
 
