@@ -42,9 +42,10 @@ def step_gate_due(plan: Plan, last: GateResult | None, now: datetime) -> bool:
 
 
 def due_gates(facts: Facts, now: datetime) -> list[tuple[str, Role]]:
-    """The gates to judge now: every trigger, and the step's gates that are due."""
+    """The gates to judge now: every trigger, and the step's gates that are due (none before
+    the rollout started, once its rollback began, or once it ended)."""
     plan, progress = facts.plan, facts.progress
-    if progress.started_at is None or progress.rollback is not None:
+    if progress.started_at is None or progress.rollback is not None or progress.ended:
         return []
     due: list[tuple[str, Role]] = [(g, "trigger") for g in plan.rollback.triggers]
     at_step = facts.newest.at_step

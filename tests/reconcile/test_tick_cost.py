@@ -353,3 +353,30 @@ def test_a_new_leaders_first_tick_of_a_baking_rollout_claims_it_and_keeps_its_fa
         assert h.tick(seconds=5) == "running"
     assert h.revision() == before + 1
     assert not [sql for sql in seen if "FROM rollouts" in sql]
+
+
+def test_an_ended_rollout_is_judged_no_more(
+    store: StoreHandle, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Once a rollout completed, its ticks (its router is still watched a while) ask its
+    metrics nothing: no trigger is due, even one that would breach, since its triggers
+    are judged ahead of its turn in the batch."""
+    h = Harness(store)
+    h.tick()
+    h.tick(seconds=5)
+    h.tick(hours=48)
+    h.tick(seconds=5)
+    h.tick(hours=48, seconds=1)
+    h.command("promote")
+    h.tick(seconds=5)
+    h.tick(seconds=5)
+    assert h.tick(seconds=5) == "completed"
+    asked: list[str] = []
+    measure = h.metrics.measure
+    monkeypatch.setattr(
+        h.metrics, "measure", lambda signal, *rest: asked.append(signal) or measure(signal, *rest)
+    )
+    h.metrics.set("oom_events", "canary", 1)
+    assert h.tick(seconds=1) == "completed"
+    assert h.tick(seconds=1) == "completed"
+    assert asked == []
