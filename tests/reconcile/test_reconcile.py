@@ -52,6 +52,18 @@ class Harness(Leader):
                 session, self.rollout_id, kind, actor="alice", reason=reason, now=self.clock()
             )
 
+    def complete(self) -> None:
+        """Tick the rollout through its steps, promoted where it waits, until it completed."""
+        self.tick()
+        self.tick(seconds=5)
+        self.tick(hours=48)
+        self.tick(seconds=5)
+        self.tick(hours=48, seconds=1)
+        self.command("promote")
+        self.tick(seconds=5)
+        self.tick(seconds=5)
+        assert self.tick(seconds=5) == "completed"
+
     def events(self) -> list[str]:
         with self.store.sessions() as session:
             return [e.kind for e in queries.list_events(session, self.rollout_id)]

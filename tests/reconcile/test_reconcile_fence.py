@@ -147,13 +147,5 @@ def test_a_completed_rollout_is_kept_at_its_final_weight_within_the_window(
 ) -> None:
     """After completion, a late write of an earlier step's weight is put back to 100%."""
     h = Harness(store)
-    h.tick()
-    h.tick(seconds=5)
-    h.tick(hours=48)
-    h.tick(seconds=5)
-    h.tick(hours=48, seconds=1)
-    h.command("promote")
-    h.tick(seconds=5)
-    h.tick(seconds=5)
-    assert h.tick(seconds=5) == "completed"
+    h.complete()
     assert _late_write(h, 25) == ("completed", True, RouterState(100), 1)

@@ -63,70 +63,90 @@ def test_a_plan_is_parsed_once_per_content_hash_across_a_hundred_ticks(
     assert len(parsed) == 2, parsed
 
 
+class _Batch:
+    """Three rollouts of the reconcile tests' plan ticked as one batch, each on a router
+    and a metrics source of its own that log, in order, each weight read or set and each
+    signal measured (``read r0``, ``set r0 5``, ``measure r0 oom_events``); their 5% is
+    entered and verified."""
+
+    def __init__(self, store: StoreHandle) -> None:
+        from rolloutd.core.plan import Plan
+        from rolloutd.routers.base import MemoryRouter
+        from tests.twins import Twins
+
+        order: list[str] = []
+        self.order = order
+
+        class Watched(MemoryMetrics):
+            def __init__(self, name: str) -> None:
+                super().__init__()
+                self.name = name
+
+            def measure(self, signal: str, pool: Any, window: Any, now: Any) -> Any:
+                order.append(f"measure {self.name} {signal}")
+                return super().measure(signal, pool, window, now)
+
+        class Logged(MemoryRouter):
+            def __init__(self, name: str) -> None:
+                super().__init__()
+                self.name = name
+
+            def read_weight(self) -> Any:
+                order.append(f"read {self.name}")
+                return super().read_weight()
+
+            def set_weight(self, weight: int, *, mirror: bool = False) -> None:
+                order.append(f"set {self.name} {weight}")
+                super().set_weight(weight, mirror=mirror)
+
+        self.h = h = Harness(store)
+        self.ids = ids = [h.rollout_id]
+        with store.sessions.begin() as session:
+            for i in (1, 2):
+                other = parse_plan(yaml.safe_dump({**PLAN, "service": f"svc-{i}"}), f"p{i}.yaml")
+                ids.append(start_rollout(session, other, actor="alice", now=h.clock()))
+        self.routers = routers = {i: Logged(f"r{n}") for n, i in enumerate(ids)}
+        self.sources = sources = {i: Watched(f"r{n}") for n, i in enumerate(ids)}
+        for source in sources.values():
+            source.set("queue_timeout_rate", "canary", 0.002, samples=500)
+            source.set("oom_events", "canary", 0)
+
+        class PerRollout(Twins):
+            def router(self, rollout_id: int, plan: Plan) -> Any:
+                return routers[rollout_id]
+
+            def metrics(self, rollout_id: int, plan: Plan) -> Any:
+                return sources[rollout_id]
+
+        h.reconciler.drivers = h.reconciler.performer.drivers = PerRollout(h.router, h.metrics)
+        for _ in range(2):  # enter 5%, then verify it
+            h.reconciler.tick_many(ids)
+            h.clock.advance(seconds=5)
+
+    def first(self, prefix: str) -> int:
+        """Where the first entry of the log starting with ``prefix`` is."""
+        return next(n for n, entry in enumerate(self.order) if entry.startswith(prefix))
+
+
 def test_a_breach_reaches_the_router_before_the_rest_of_its_batch_is_judged(
     store: StoreHandle,
 ) -> None:
     """Three rollouts in one batch, the first one's OOM trigger breaching: its router reads
     0% before the other two are measured (it was decided in the batch's transaction, after
     every rollout of the batch had been judged); the other two still tick in one."""
+    from rolloutd.routers.base import RouterState
 
-    from rolloutd.core.plan import Plan
-    from rolloutd.metrics.sources import MemoryMetrics
-    from rolloutd.routers.base import MemoryRouter, RouterState
-    from tests.twins import Twins
-
-    order: list[str] = []
-
-    class Watched(MemoryMetrics):
-        def __init__(self, name: str) -> None:
-            super().__init__()
-            self.name = name
-
-        def measure(self, signal: str, pool: Any, window: Any, now: Any) -> Any:
-            order.append(f"measure {self.name}")
-            return super().measure(signal, pool, window, now)
-
-    class Logged(MemoryRouter):
-        def __init__(self, name: str) -> None:
-            super().__init__()
-            self.name = name
-
-        def set_weight(self, weight: int, *, mirror: bool = False) -> None:
-            order.append(f"set {self.name} {weight}")
-            super().set_weight(weight, mirror=mirror)
-
-    h = Harness(store)
-    ids = [h.rollout_id]
-    with store.sessions.begin() as session:
-        for i in (1, 2):
-            other = parse_plan(yaml.safe_dump({**PLAN, "service": f"svc-{i}"}), f"p{i}.yaml")
-            ids.append(start_rollout(session, other, actor="alice", now=h.clock()))
-    routers = {i: Logged(f"r{n}") for n, i in enumerate(ids)}
-    sources = {i: Watched(f"r{n}") for n, i in enumerate(ids)}
-    for source in sources.values():
-        source.set("queue_timeout_rate", "canary", 0.002, samples=500)
-        source.set("oom_events", "canary", 0)
-
-    class PerRollout(Twins):
-        def router(self, rollout_id: int, plan: Plan) -> Any:
-            return routers[rollout_id]
-
-        def metrics(self, rollout_id: int, plan: Plan) -> Any:
-            return sources[rollout_id]
-
-    h.reconciler.drivers = h.reconciler.performer.drivers = PerRollout(h.router, h.metrics)
-    for _ in range(2):  # enter 5%, then verify it
-        h.reconciler.tick_many(ids)
-        h.clock.advance(seconds=5)
-    sources[ids[0]].set("oom_events", "canary", 1)
+    batch = _Batch(store)
+    ids, order, routers = batch.ids, batch.order, batch.routers
+    batch.sources[ids[0]].set("oom_events", "canary", 1)
     order.clear()
 
-    outcomes = h.reconciler.tick_many(ids)
+    outcomes = batch.h.reconciler.tick_many(ids)
 
     assert outcomes[ids[0]].state.value == "rolling_back"  # type: ignore[union-attr]
     assert routers[ids[0]].read_weight() == RouterState(0)
     zero = order.index("set r0 0")
-    assert zero < order.index("measure r1") < order.index("measure r2"), order
+    assert zero < batch.first("measure r1") < batch.first("measure r2"), order
     assert all(outcomes[i].state.value == "running" for i in ids[1:])  # type: ignore[union-attr]
 
 
@@ -138,64 +158,15 @@ def test_every_rollouts_triggers_are_judged_before_any_rollout_is_observed(
     their step gates measured (it waited for the two before it to be observed whole, a place
     in the batch that a batch of one does not have); the two others still tick in one, each
     gate judged once."""
+    from rolloutd.routers.base import RouterState
 
-    from rolloutd.core.plan import Plan
-    from rolloutd.metrics.sources import MemoryMetrics
-    from rolloutd.routers.base import MemoryRouter, RouterState
-    from tests.twins import Twins
-
-    order: list[str] = []
-
-    class Watched(MemoryMetrics):
-        def __init__(self, name: str) -> None:
-            super().__init__()
-            self.name = name
-
-        def measure(self, signal: str, pool: Any, window: Any, now: Any) -> Any:
-            order.append(f"measure {self.name} {signal}")
-            return super().measure(signal, pool, window, now)
-
-    class Logged(MemoryRouter):
-        def __init__(self, name: str) -> None:
-            super().__init__()
-            self.name = name
-
-        def read_weight(self) -> Any:
-            order.append(f"read {self.name}")
-            return super().read_weight()
-
-        def set_weight(self, weight: int, *, mirror: bool = False) -> None:
-            order.append(f"set {self.name} {weight}")
-            super().set_weight(weight, mirror=mirror)
-
-    h = Harness(store)
-    ids = [h.rollout_id]
-    with store.sessions.begin() as session:
-        for i in (1, 2):
-            other = parse_plan(yaml.safe_dump({**PLAN, "service": f"svc-{i}"}), f"p{i}.yaml")
-            ids.append(start_rollout(session, other, actor="alice", now=h.clock()))
-    routers = {i: Logged(f"r{n}") for n, i in enumerate(ids)}
-    sources = {i: Watched(f"r{n}") for n, i in enumerate(ids)}
-    for source in sources.values():
-        source.set("queue_timeout_rate", "canary", 0.002, samples=500)
-        source.set("oom_events", "canary", 0)
-
-    class PerRollout(Twins):
-        def router(self, rollout_id: int, plan: Plan) -> Any:
-            return routers[rollout_id]
-
-        def metrics(self, rollout_id: int, plan: Plan) -> Any:
-            return sources[rollout_id]
-
-    h.reconciler.drivers = h.reconciler.performer.drivers = PerRollout(h.router, h.metrics)
-    for _ in range(2):  # enter 5%, then verify it
-        h.reconciler.tick_many(ids)
-        h.clock.advance(seconds=5)
-    h.clock.advance(seconds=30)  # the step gates are due again
-    sources[ids[2]].set("oom_events", "canary", 1)
+    batch = _Batch(store)
+    ids, order, routers = batch.ids, batch.order, batch.routers
+    batch.h.clock.advance(seconds=30)  # the step gates are due again
+    batch.sources[ids[2]].set("oom_events", "canary", 1)
     order.clear()
 
-    outcomes = h.reconciler.tick_many(ids)
+    outcomes = batch.h.reconciler.tick_many(ids)
 
     assert outcomes[ids[2]].state.value == "rolling_back"  # type: ignore[union-attr]
     assert routers[ids[2]].read_weight() == RouterState(0)
@@ -362,15 +333,7 @@ def test_an_ended_rollout_is_judged_no_more(
     metrics nothing: no trigger is due, even one that would breach, since its triggers
     are judged ahead of its turn in the batch."""
     h = Harness(store)
-    h.tick()
-    h.tick(seconds=5)
-    h.tick(hours=48)
-    h.tick(seconds=5)
-    h.tick(hours=48, seconds=1)
-    h.command("promote")
-    h.tick(seconds=5)
-    h.tick(seconds=5)
-    assert h.tick(seconds=5) == "completed"
+    h.complete()
     asked: list[str] = []
     measure = h.metrics.measure
     monkeypatch.setattr(
