@@ -206,7 +206,7 @@ class GiveWay:
 
     def __init__(
         self,
-        ticks_running: Callable[[], bool] = lambda: True,
+        ticks_running: Callable[[], bool],
         ratio: float = GIVE_WAY,
         cpu: Callable[[], float] = time.thread_time,
         sleep: Callable[[float], None] = time.sleep,
@@ -290,7 +290,7 @@ class _StoreSeries:
         self,
         sessions: Sessions,
         wall: Callable[[], datetime],
-        give_way: Callable[[], GiveWay] = GiveWay,
+        give_way: Callable[[], GiveWay],
     ) -> None:
         self.sessions = sessions
         self.wall = wall

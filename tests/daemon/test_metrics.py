@@ -267,7 +267,7 @@ def test_a_scrape_gives_way_after_each_chunk_read_and_each_piece_written(
 
     def pacer() -> module.GiveWay:
         made.append("scrape")
-        return module.GiveWay(cpu=fake_cpu, sleep=slept.append)
+        return module.GiveWay(lambda: True, cpu=fake_cpu, sleep=slept.append)
 
     metrics = DaemonMetrics(h.store.sessions, instance="a", wall=h.clock, leading=lambda: 1)
     metrics.store.give_way = pacer
@@ -280,11 +280,11 @@ def test_a_scrape_gives_way_after_each_chunk_read_and_each_piece_written(
         pieces.append(piece)
     assert made == ["scrape"] and len(pieces) > 20
     assert slept == pytest.approx([0.002] * len(slept))  # twice the 1 ms each piece took
-    metrics.store.give_way = module.GiveWay
+    metrics.store.give_way = lambda: module.GiveWay(lambda: False)
     unpaced, _ = metrics.exposition()
     assert b"".join(pieces) == unpaced
     count = len(slept)
-    module.GiveWay(cpu=lambda: 5.0, sleep=slept.append)()  # no CPU spent: no sleep
+    module.GiveWay(lambda: True, cpu=lambda: 5.0, sleep=slept.append)()  # no CPU spent: no sleep
     module.GiveWay(lambda: False, cpu=fake_cpu, sleep=slept.append)()  # no tick runs: none
     assert len(slept) == count
 

@@ -123,6 +123,12 @@ class _Batch:
             h.reconciler.tick_many(ids)
             h.clock.advance(seconds=5)
 
+    def breach(self, n: int) -> dict[int, Any]:
+        """Tick the batch with rollout ``n``'s OOM trigger breaching, the log cleared before."""
+        self.sources[self.ids[n]].set("oom_events", "canary", 1)
+        self.order.clear()
+        return self.h.reconciler.tick_many(self.ids)
+
     def first(self, prefix: str) -> int:
         """Where the first entry of the log starting with ``prefix`` is."""
         return next(n for n, entry in enumerate(self.order) if entry.startswith(prefix))
@@ -138,10 +144,8 @@ def test_a_breach_reaches_the_router_before_the_rest_of_its_batch_is_judged(
 
     batch = _Batch(store)
     ids, order, routers = batch.ids, batch.order, batch.routers
-    batch.sources[ids[0]].set("oom_events", "canary", 1)
-    order.clear()
 
-    outcomes = batch.h.reconciler.tick_many(ids)
+    outcomes = batch.breach(0)
 
     assert outcomes[ids[0]].state.value == "rolling_back"  # type: ignore[union-attr]
     assert routers[ids[0]].read_weight() == RouterState(0)
@@ -163,10 +167,8 @@ def test_every_rollouts_triggers_are_judged_before_any_rollout_is_observed(
     batch = _Batch(store)
     ids, order, routers = batch.ids, batch.order, batch.routers
     batch.h.clock.advance(seconds=30)  # the step gates are due again
-    batch.sources[ids[2]].set("oom_events", "canary", 1)
-    order.clear()
 
-    outcomes = batch.h.reconciler.tick_many(ids)
+    outcomes = batch.breach(2)
 
     assert outcomes[ids[2]].state.value == "rolling_back"  # type: ignore[union-attr]
     assert routers[ids[2]].read_weight() == RouterState(0)
